@@ -1,0 +1,83 @@
+//! Little-endian byte writing and bounds-checked reading shared by the stream header and the
+//! predictors' side information. Every read is checked: a short buffer is a `Corrupt` error.
+
+use crate::element::Element;
+use crate::error::{corrupt, Result};
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn put_signed_varint(out: &mut Vec<u8>, v: i64) {
+    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+pub struct ByteReader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> ByteReader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        ByteReader { buf, pos: 0 }
+    }
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(corrupt!("{what}: needs {n} bytes, only {} left", self.remaining()));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    pub fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+    pub fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+    pub fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+    pub fn f64(&mut self, what: &str) -> Result<f64> {
+        Ok(f64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+    pub fn element<T: Element>(&mut self, what: &str) -> Result<T> {
+        Ok(T::read_le(self.take(T::BYTES, what)?))
+    }
+    pub fn varint(&mut self, what: &str) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(what)?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                if shift == 63 && b > 1 {
+                    break;
+                }
+                return Ok(v);
+            }
+        }
+        Err(corrupt!("{what}: varint longer than 64 bits"))
+    }
+    pub fn signed_varint(&mut self, what: &str) -> Result<i64> {
+        let u = self.varint(what)?;
+        Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
+    }
+    /// A varint that must not exceed `max`, so callers can size allocations by it safely.
+    pub fn bounded_varint(&mut self, max: u64, what: &str) -> Result<u64> {
+        let v = self.varint(what)?;
+        if v > max {
+            return Err(corrupt!("{what}: {v} exceeds the limit {max}"));
+        }
+        Ok(v)
+    }
+}

@@ -1,0 +1,893 @@
+//! Canonical Huffman coding of `u16` symbols, length-limited to [`MAX_CODE_LEN`] bits.
+//!
+//! One [`Codebook`] serves every chunk of a stream; each chunk is encoded into its own
+//! bitstream so chunks decode independently. A bitstream carries no symbol count and no
+//! terminator: the decoder is told how many symbols to produce.
+//!
+//! # Codes
+//! Code lengths are Huffman's; where they exceed the limit, the rarest symbols' codes are
+//! adjusted to fit (see `limit_lengths`). Codes are canonical as in
+//! DEFLATE (RFC 1951, 3.2.2): the used symbols, sorted by (code length, symbol id), receive
+//! consecutive code values; the first code of the shortest length is 0, and moving to the
+//! next length appends a 0 bit (`next = (last + 1) << (new_len - old_len)`). A codebook with
+//! a single used symbol gives it the 1-bit code `0`; otherwise the code is complete (Kraft
+//! sum exactly 1).
+//!
+//! # Bit order
+//! Bits are packed LSB-first: stream bit `i` is bit `i % 8` (value `1 << (i % 8)`) of byte
+//! `i / 8`. Each code is written most significant code bit first, so read as a little-endian
+//! integer a code appears bit-reversed (the DEFLATE convention). Symbols follow one another
+//! with no alignment; the last byte is padded with zero bits.
+//!
+//! # Serialized codebook
+//! Integers marked varint are LEB128: 7 bits per byte, least significant group first, high
+//! bit set on every byte but the last, at most 10 bytes.
+//! ```text
+//! runs          varint  number of maximal runs of consecutive used symbols; 0 = empty codebook,
+//!                       nothing follows
+//! runs times:
+//!   gap         varint  first run: its first symbol id; later runs: first symbol id minus
+//!                       (last symbol id of the previous run + 2), runs never touch
+//!   len_minus_1 varint  number of symbols in the run, minus 1
+//! lengths       ceil(5 * n / 8) bytes, n = number of used symbols: for each used symbol in
+//!               increasing id order, (code length - 1) as a 5-bit field, fields packed
+//!               LSB-first as in the bitstream; padding bits are 0
+//! ```
+//! A reader rejects symbol ids >= the alphabet size, lengths above [`MAX_CODE_LEN`], nonzero
+//! padding, and any code that is not complete (a lone symbol must have length 1).
+
+use crate::error::{corrupt, CodecError, Result};
+
+/// Longest code. 24 bits keep an encoder table entry (code + length) in a `u32`, let the
+/// decoder's slow path read one 24-bit window, and still leave room for very skewed
+/// histograms over the full 65536-symbol alphabet.
+pub const MAX_CODE_LEN: u32 = 24;
+
+const MAX_ALPHABET: usize = 1 << 16;
+const CODE_MASK: u32 = (1 << MAX_CODE_LEN) - 1;
+
+/// Bits indexing the primary decode table. 2^11 entries of 8 bytes = 16 KiB, well inside L1.
+const TABLE_BITS: u32 = 11;
+const TABLE_SIZE: usize = 1 << TABLE_BITS;
+/// Symbols one table entry can hold.
+const SYMS_PER_ENTRY: usize = 3;
+/// A refill leaves at least 56 bits in the buffer; each table hit consumes at most TABLE_BITS.
+const LOOKUPS_PER_REFILL: usize = 56 / TABLE_BITS as usize;
+
+pub struct Codebook {
+    /// Indexed by symbol - `enc_first`, from the first to the last used symbol:
+    /// bit-reversed code | length << 24 (0 = unused).
+    enc: Vec<u32>,
+    enc_first: usize,
+    /// Primary decode table, indexed by the next TABLE_BITS stream bits. An entry packs up to
+    /// three symbols (bits 0..48), the bits they take together (48..56), the length of the
+    /// first symbol alone (56..60) and the symbol count (60..64). Count 0 means the first code
+    /// is longer than TABLE_BITS (or unused): take the canonical slow path.
+    dec: Box<[u64; TABLE_SIZE]>,
+    /// Used symbols in canonical order (length, then id).
+    sorted: Vec<u16>,
+    /// Slow path, per length l: exclusive upper bound of the codes of length <= l, left-aligned
+    /// to MAX_CODE_LEN bits, and the offset turning a code of length l into an index of `sorted`.
+    limit: [u32; MAX_CODE_LEN as usize + 1],
+    base: [u32; MAX_CODE_LEN as usize + 1],
+}
+
+impl Codebook {
+    /// `freq[s]` = count of symbol `s`; symbols with zero count get no code.
+    ///
+    /// Panics if `freq.len()` exceeds 65536 (symbols are `u16`).
+    pub fn from_histogram(freq: &[u64]) -> Codebook {
+        assert!(freq.len() <= MAX_ALPHABET, "Huffman alphabet of {} symbols exceeds 65536", freq.len());
+        let mut used: Vec<(u64, u16)> =
+            freq.iter().enumerate().filter(|&(_, &f)| f > 0).map(|(s, &f)| (f, s as u16)).collect();
+        let first = used.first().map_or(0, |&(_, s)| s as usize);
+        let mut lens = vec![0u8; used.last().map_or(0, |&(_, s)| s as usize + 1 - first)];
+        match used.len() {
+            0 => {}
+            1 => lens[0] = 1,
+            _ => {
+                // Ties broken by symbol id so the code depends on nothing but the histogram.
+                used.sort_unstable();
+                // Tree weights reach the total; scale huge histograms so it fits in u64.
+                let total: u128 = used.iter().map(|&(f, _)| f as u128).sum();
+                let shift = (128 - total.leading_zeros()).saturating_sub(63);
+                let weights: Vec<u64> = used.iter().map(|&(f, _)| (f >> shift).max(1)).collect();
+                // Depths stay below ~92 (u64 weights), so they fit the u8.
+                let mut lens_sorted = huffman_lengths(&weights);
+                if lens_sorted[0] as u32 > MAX_CODE_LEN {
+                    limit_lengths(&mut lens_sorted);
+                }
+                for (&(_, s), l) in used.iter().zip(lens_sorted) {
+                    lens[s as usize - first] = l;
+                }
+            }
+        }
+        Codebook::from_lengths(first, &lens)
+    }
+
+    /// Builds the tables from the code lengths of symbols `first..` (0 = unused), which form a
+    /// complete code or a single symbol of length 1.
+    fn from_lengths(first: usize, lens: &[u8]) -> Codebook {
+        const N: usize = MAX_CODE_LEN as usize + 1;
+        let mut count = [0u32; N];
+        for &l in lens {
+            count[l as usize] += 1;
+        }
+        count[0] = 0;
+
+        let mut next_code = [0u32; N];
+        let mut next_index = [0u32; N];
+        let mut limit = [0u32; N];
+        let mut base = [0u32; N];
+        let (mut code, mut index) = (0u32, 0u32);
+        for l in 1..N {
+            next_code[l] = code;
+            next_index[l] = index;
+            limit[l] = (code + count[l]) << (N - 1 - l);
+            base[l] = index.wrapping_sub(code);
+            index += count[l];
+            code = (code + count[l]) << 1;
+        }
+
+        let mut enc = vec![0u32; lens.len()];
+        let mut sorted = vec![0u16; index as usize];
+        let mut single = vec![0u32; TABLE_SIZE];
+        for (i, &l) in lens.iter().enumerate() {
+            if l == 0 {
+                continue;
+            }
+            let s = first + i;
+            let l = l as usize;
+            let rev = next_code[l].reverse_bits() >> (32 - l);
+            next_code[l] += 1;
+            sorted[next_index[l] as usize] = s as u16;
+            next_index[l] += 1;
+            enc[i] = rev | (l as u32) << MAX_CODE_LEN;
+            if l <= TABLE_BITS as usize {
+                for slot in single[rev as usize..].iter_mut().step_by(1 << l) {
+                    *slot = s as u32 | (l as u32) << 16;
+                }
+            }
+        }
+
+        // Chain as many short codes as fit in the TABLE_BITS known bits of each index.
+        let mut dec = Box::new([0u64; TABLE_SIZE]);
+        for (idx, entry) in dec.iter_mut().enumerate() {
+            let (mut bits, mut n, mut first_len, mut syms) = (0u32, 0u64, 0u32, 0u64);
+            while (n as usize) < SYMS_PER_ENTRY {
+                let e = single[idx >> bits];
+                let l = e >> 16;
+                if l == 0 || bits + l > TABLE_BITS {
+                    break;
+                }
+                if n == 0 {
+                    first_len = l;
+                }
+                syms |= ((e & 0xFFFF) as u64) << (16 * n);
+                bits += l;
+                n += 1;
+            }
+            *entry = syms | (bits as u64) << 48 | (first_len as u64) << 56 | n << 60;
+        }
+
+        Codebook { enc, enc_first: first, dec, sorted, limit, base }
+    }
+
+    /// Appends the serialized codebook (layout in the module docs) to `out`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        let lens: Vec<(usize, u32)> = self
+            .enc
+            .iter()
+            .enumerate()
+            .filter(|&(_, &e)| e != 0)
+            .map(|(i, &e)| (self.enc_first + i, e >> MAX_CODE_LEN))
+            .collect();
+        let mut runs: Vec<(usize, usize)> = Vec::new(); // (first, last)
+        for &(s, _) in &lens {
+            match runs.last_mut() {
+                Some(run) if run.1 + 1 == s => run.1 = s,
+                _ => runs.push((s, s)),
+            }
+        }
+        write_varint(out, runs.len() as u64);
+        let mut prev_last: Option<usize> = None;
+        for &(first, last) in &runs {
+            write_varint(out, (first - prev_last.map_or(0, |p| p + 2)) as u64);
+            write_varint(out, (last - first) as u64);
+            prev_last = Some(last);
+        }
+        let mut w = BitWriter::new(out);
+        for &(_, l) in &lens {
+            w.put(l - 1, 5);
+        }
+        w.finish();
+    }
+
+    /// Parses a codebook written by [`Codebook::write`] from the front of `input`; returns it
+    /// and the number of bytes consumed. Symbols must be `< alphabet`.
+    pub fn read(input: &[u8], alphabet: usize) -> Result<(Codebook, usize)> {
+        let alphabet = alphabet.min(MAX_ALPHABET) as u64;
+        let mut pos = 0;
+        let runs = read_varint(input, &mut pos)?;
+        if runs > alphabet {
+            return Err(corrupt!("Huffman codebook has {runs} symbol runs for an alphabet of {alphabet}"));
+        }
+        // Symbols are checked < alphabet and strictly increasing before being pushed, so this
+        // never grows past the alphabet whatever the input claims.
+        let mut symbols: Vec<u16> = Vec::new();
+        let mut next_min = 0u64; // smallest id the next run may start at
+        for _ in 0..runs {
+            let first = next_min.saturating_add(read_varint(input, &mut pos)?);
+            let last = first.saturating_add(read_varint(input, &mut pos)?);
+            if last >= alphabet {
+                return Err(corrupt!("Huffman codebook symbol {last} out of range (alphabet {alphabet})"));
+            }
+            symbols.extend((first..=last).map(|s| s as u16));
+            next_min = last + 2;
+        }
+
+        let n = symbols.len();
+        let bytes = input.get(pos..pos + (5 * n).div_ceil(8)).ok_or_else(|| corrupt!("Huffman codebook truncated"))?;
+        pos += bytes.len();
+        let first = symbols.first().map_or(0, |&s| s as usize);
+        let mut lens = vec![0u8; symbols.last().map_or(0, |&s| s as usize + 1 - first)];
+        let mut kraft = 0u64; // in units of 2^-MAX_CODE_LEN
+        for (i, &s) in symbols.iter().enumerate() {
+            let bit = 5 * i;
+            let pair = bytes[bit / 8] as u16 | (*bytes.get(bit / 8 + 1).unwrap_or(&0) as u16) << 8;
+            let l = ((pair >> (bit % 8)) & 31) as u32 + 1;
+            if l > MAX_CODE_LEN {
+                return Err(corrupt!("Huffman code length {l} exceeds {MAX_CODE_LEN}"));
+            }
+            lens[s as usize - first] = l as u8;
+            kraft += 1 << (MAX_CODE_LEN - l);
+        }
+        let used_bits = 5 * n % 8;
+        if used_bits != 0 && bytes[bytes.len() - 1] >> used_bits != 0 {
+            return Err(corrupt!("Huffman codebook has nonzero padding bits"));
+        }
+        let valid = match n {
+            0 => true,
+            1 => kraft == 1 << (MAX_CODE_LEN - 1),
+            _ => kraft == 1 << MAX_CODE_LEN,
+        };
+        if !valid {
+            return Err(corrupt!("Huffman code lengths do not form a complete prefix code"));
+        }
+        Ok((Codebook::from_lengths(first, &lens), pos))
+    }
+
+    /// Appends the bitstream of `symbols` to `out`. Fails with `InvalidInput`, leaving `out`
+    /// as it was, if a symbol has no code.
+    pub fn encode(&self, symbols: &[u16], out: &mut Vec<u8>) -> Result<()> {
+        let start = out.len();
+        let (mut acc, mut nbits) = (0u64, 0u32);
+        // Accumulated instead of branched on: the check costs nothing in the hot loop, and a
+        // codeless symbol (length 0) writes no bits in the meantime.
+        let mut missing = false;
+        for &s in symbols {
+            let e = self.enc.get((s as usize).wrapping_sub(self.enc_first)).copied().unwrap_or(0);
+            let len = e >> MAX_CODE_LEN;
+            let code = (e & CODE_MASK) as u64;
+            missing |= len == 0;
+            acc |= code << nbits;
+            nbits += len;
+            if nbits >= 64 {
+                out.extend_from_slice(&acc.to_le_bytes());
+                nbits -= 64;
+                // The code bits that did not fit (none when nbits is 0, as code < 2^len).
+                acc = code >> (len - nbits);
+            }
+        }
+        if missing {
+            out.truncate(start);
+            return Err(CodecError::InvalidInput("Huffman encode: symbol without a code".into()));
+        }
+        out.extend_from_slice(&acc.to_le_bytes()[..nbits.div_ceil(8) as usize]);
+        Ok(())
+    }
+
+    /// Decodes exactly `out.len()` symbols from `bits`.
+    pub fn decode(&self, bits: &[u8], out: &mut [u16]) -> Result<()> {
+        let mut r = BitReader::new(bits);
+        let n = out.len();
+        let mut i = 0;
+        while i + LOOKUPS_PER_REFILL * SYMS_PER_ENTRY <= n {
+            r.refill()?;
+            for _ in 0..LOOKUPS_PER_REFILL {
+                let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
+                let k = (e >> 60) as usize;
+                if k != 0 {
+                    // All three slots are written; those past `k` are overwritten later.
+                    let dst = &mut out[i..i + SYMS_PER_ENTRY];
+                    dst[0] = e as u16;
+                    dst[1] = (e >> 16) as u16;
+                    dst[2] = (e >> 32) as u16;
+                    i += k;
+                    r.consume((e >> 48) as u32 & 0xFF);
+                } else {
+                    out[i] = self.decode_long(&mut r)?;
+                    i += 1;
+                }
+            }
+        }
+        while i < n {
+            r.refill()?;
+            let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
+            if e >> 60 != 0 {
+                out[i] = e as u16;
+                r.consume((e >> 56) as u32 & 0xF);
+            } else {
+                out[i] = self.decode_long(&mut r)?;
+            }
+            i += 1;
+        }
+        if r.consumed() > bits.len() as u64 * 8 {
+            return Err(corrupt!("Huffman bitstream truncated"));
+        }
+        Ok(())
+    }
+
+    /// Canonical decode of a code longer than TABLE_BITS (or an unused one). Leaves at least
+    /// 56 bits in the buffer, so the caller's per-refill budget still holds.
+    #[cold]
+    #[inline(never)]
+    fn decode_long(&self, r: &mut BitReader) -> Result<u16> {
+        r.refill()?;
+        // The next MAX_CODE_LEN stream bits, first bit most significant.
+        let window = (r.buf as u32).reverse_bits() >> (32 - MAX_CODE_LEN);
+        // Codes up to TABLE_BITS long are all in the table, so start past them.
+        for l in TABLE_BITS + 1..=MAX_CODE_LEN {
+            if window < self.limit[l as usize] {
+                let idx = (window >> (MAX_CODE_LEN - l)).wrapping_add(self.base[l as usize]);
+                let sym = *self.sorted.get(idx as usize).ok_or_else(|| corrupt!("invalid Huffman code"))?;
+                r.consume(l);
+                r.refill()?;
+                return Ok(sym);
+            }
+        }
+        Err(corrupt!("invalid Huffman code"))
+    }
+
+    #[cfg(test)]
+    /// Bits [`Codebook::encode`] would produce for symbols with histogram `freq`
+    /// (symbols without a code count 0).
+    pub fn encoded_bits(&self, freq: &[u64]) -> u64 {
+        freq.iter()
+            .skip(self.enc_first)
+            .zip(&self.enc)
+            .fold(0u64, |acc, (&f, &e)| acc.saturating_add(f.saturating_mul((e >> MAX_CODE_LEN) as u64)))
+    }
+
+    #[cfg(test)]
+    /// Number of used symbols.
+    pub fn used_symbols(&self) -> usize {
+        self.sorted.len()
+    }
+}
+
+#[cfg(test)]
+/// Shannon entropy of a histogram, in bits for the whole sample (0 when empty).
+pub fn entropy_bits(freq: &[u64]) -> f64 {
+    let total: f64 = freq.iter().map(|&f| f as f64).sum();
+    freq.iter().filter(|&&f| f > 0).map(|&f| f as f64 * (total / f as f64).log2()).sum()
+}
+
+/// Unrestricted Huffman code lengths for `w` sorted ascending (len >= 2), so non-increasing;
+/// `lens[0]` is the longest. In place in O(n), after Moffat and Katajainen: the array holds
+/// first the internal nodes' weights and parent links, then their depths, then leaf depths.
+fn huffman_lengths(w: &[u64]) -> Vec<u8> {
+    let n = w.len();
+    let mut a = w.to_vec();
+    // Build the tree: internal nodes are formed in order of weight at a[0..n-1]; `root` is the
+    // next internal node not yet given a parent, `leaf` the next leaf not yet used.
+    a[0] += a[1];
+    let (mut root, mut leaf) = (0, 2);
+    for next in 1..n - 1 {
+        for second in [false, true] {
+            let from_internal = leaf >= n || (root < next && a[root] < a[leaf]);
+            let child = if from_internal {
+                let c = a[root];
+                a[root] = next as u64;
+                root += 1;
+                c
+            } else {
+                leaf += 1;
+                a[leaf - 1]
+            };
+            a[next] = if second { a[next] + child } else { child };
+        }
+    }
+    // Internal node depths, from the root (a[n-2]) down: parents always come later.
+    a[n - 2] = 0;
+    for next in (0..n - 2).rev() {
+        a[next] = a[a[next] as usize] + 1;
+    }
+    // Leaf depths: at each depth, the slots not taken by internal nodes are leaves, assigned
+    // from the heaviest leaf (a[n-1]) down.
+    let mut lens = vec![0u8; n];
+    let (mut avail, mut depth, mut root, mut next) = (1usize, 0u64, n as isize - 2, n);
+    while avail > 0 {
+        let mut used = 0;
+        while root >= 0 && a[root as usize] == depth {
+            used += 1;
+            root -= 1;
+        }
+        for _ in used..avail {
+            next -= 1;
+            lens[next] = depth as u8;
+        }
+        avail = 2 * used;
+        depth += 1;
+    }
+    lens
+}
+
+/// Shortens the lengths (non-increasing, forming a complete code) to at most MAX_CODE_LEN,
+/// keeping the code complete (the adjustment of JPEG, ITU T.81 Annex K.3): two sibling leaves
+/// at the deepest level give way to one leaf at their parent, and the other moves under a
+/// shallower leaf, which splits into two. Only the rarest symbols change, so the loss is tiny.
+fn limit_lengths(lens: &mut [u8]) {
+    let mut count = [0usize; 256];
+    for &l in lens.iter() {
+        count[l as usize] += 1;
+    }
+    let max = MAX_CODE_LEN as usize;
+    for i in (max + 1..=lens[0] as usize).rev() {
+        while count[i] > 0 {
+            // A leaf at depth <= i-2 exists: with all of them at i-1 >= 24 or deeper, the code
+            // would have 2^24 symbols.
+            let mut j = i - 2;
+            while count[j] == 0 {
+                j -= 1;
+            }
+            count[i] -= 2;
+            count[i - 1] += 1;
+            count[j + 1] += 2;
+            count[j] -= 1;
+        }
+    }
+    // The longest codes go to the lightest symbols, as before.
+    let mut rest = &mut lens[..];
+    for l in (1..=max).rev() {
+        let (now, later) = rest.split_at_mut(count[l]);
+        now.fill(l as u8);
+        rest = later;
+    }
+}
+
+fn write_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn read_varint(input: &[u8], pos: &mut usize) -> Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *input.get(*pos).ok_or_else(|| corrupt!("Huffman codebook truncated"))?;
+        *pos += 1;
+        v |= ((b & 0x7F) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(corrupt!("Huffman codebook varint too long"))
+}
+
+/// LSB-first bit packer for the codebook's length fields (not speed critical).
+struct BitWriter<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u32,
+    nbits: u32,
+}
+
+impl<'a> BitWriter<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        BitWriter { out, acc: 0, nbits: 0 }
+    }
+
+    fn put(&mut self, v: u32, bits: u32) {
+        self.acc |= v << self.nbits;
+        self.nbits += bits;
+        while self.nbits >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.nbits -= 8;
+        }
+    }
+
+    fn finish(self) {
+        if self.nbits > 0 {
+            self.out.push(self.acc as u8);
+        }
+    }
+}
+
+/// LSB-first bit reader. `buf` holds `cnt` valid bits; each bit above them is 0 or already the
+/// stream bit of that position (left from a previous load), so a refill can OR in a fresh
+/// 8-byte load unconditionally. Past the end of the input it reads zeros; `consumed` tells
+/// whether any were used.
+struct BitReader<'a> {
+    bits: &'a [u8],
+    /// Next byte to load at bit `cnt` of `buf`.
+    pos: usize,
+    buf: u64,
+    cnt: u32,
+}
+
+impl<'a> BitReader<'a> {
+    fn new(bits: &'a [u8]) -> Self {
+        BitReader { bits, pos: 0, buf: 0, cnt: 0 }
+    }
+
+    /// Ensures at least 56 valid bits.
+    #[inline(always)]
+    fn refill(&mut self) -> Result<()> {
+        let word = match self.bits.get(self.pos..self.pos + 8) {
+            Some(b) => u64::from_le_bytes(b.try_into().unwrap()),
+            None => self.tail_word()?,
+        };
+        self.buf |= word << self.cnt;
+        self.pos += (63 - self.cnt as usize) >> 3;
+        self.cnt |= 56;
+        Ok(())
+    }
+
+    #[cold]
+    fn tail_word(&self) -> Result<u64> {
+        // Everything buffered already lies past the end: the stream ran out. Stopping here
+        // bounds the work on a hostile (huge count, tiny stream) input.
+        if self.pos >= self.bits.len() + 8 {
+            return Err(corrupt!("Huffman bitstream truncated"));
+        }
+        let rest = self.bits.get(self.pos..).unwrap_or(&[]);
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        Ok(u64::from_le_bytes(b))
+    }
+
+    #[inline(always)]
+    fn consume(&mut self, n: u32) {
+        self.buf >>= n;
+        self.cnt -= n;
+    }
+
+    fn consumed(&self) -> u64 {
+        self.pos as u64 * 8 - self.cnt as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
+        let mut freq = vec![0u64; alphabet];
+        for &s in symbols {
+            freq[s as usize] += 1;
+        }
+        freq
+    }
+
+    /// (symbol, code length) of every used symbol.
+    fn lengths(cb: &Codebook) -> Vec<(usize, u32)> {
+        cb.enc
+            .iter()
+            .enumerate()
+            .filter(|&(_, &e)| e != 0)
+            .map(|(i, &e)| (cb.enc_first + i, e >> MAX_CODE_LEN))
+            .collect()
+    }
+
+    fn kraft(cb: &Codebook) -> u64 {
+        lengths(cb).iter().map(|&(_, l)| 1u64 << (MAX_CODE_LEN - l)).sum()
+    }
+
+    /// Cost of an unrestricted Huffman code, the textbook way.
+    fn reference_cost(freq: &[u64]) -> u64 {
+        let mut heap: BinaryHeap<Reverse<u64>> = freq.iter().filter(|&&f| f > 0).map(|&f| Reverse(f)).collect();
+        let mut cost = 0;
+        while heap.len() > 1 {
+            let (Reverse(a), Reverse(b)) = (heap.pop().unwrap(), heap.pop().unwrap());
+            cost += a + b;
+            heap.push(Reverse(a + b));
+        }
+        cost
+    }
+
+    /// Encodes, decodes, and round-trips the codebook through write/read.
+    fn round_trip(symbols: &[u16], alphabet: usize) -> Codebook {
+        let freq = histogram(symbols, alphabet);
+        let cb = Codebook::from_histogram(&freq);
+        let mut bits = Vec::new();
+        cb.encode(symbols, &mut bits).unwrap();
+        let nbits = cb.encoded_bits(&freq);
+        assert_eq!(bits.len() as u64, nbits.div_ceil(8));
+
+        // `read` must parse from any offset and report exactly the bytes it used.
+        let mut ser = vec![0xAB];
+        cb.write(&mut ser);
+        ser.push(0xCD);
+        let (read, used) = Codebook::read(&ser[1..], alphabet).unwrap();
+        assert_eq!(used, ser.len() - 2);
+        assert_eq!(lengths(&read), lengths(&cb));
+
+        let mut out = vec![0u16; symbols.len()];
+        read.decode(&bits, &mut out).unwrap();
+        assert_eq!(out, symbols);
+        cb
+    }
+
+    #[test]
+    fn bit_order_and_layout_match_the_docs() {
+        // Lengths: symbol 2 -> 1 bit, symbols 0 and 1 -> 2 bits; codes 2 = 0, 0 = 10, 1 = 11.
+        let cb = Codebook::from_histogram(&[1, 1, 2]);
+        let mut bits = Vec::new();
+        cb.encode(&[2, 0, 1], &mut bits).unwrap();
+        assert_eq!(bits, [0b11010]);
+        let mut ser = Vec::new();
+        cb.write(&mut ser);
+        // 1 run, starting at 0, of 3 symbols; 5-bit fields 1, 1, 0.
+        assert_eq!(ser, [1, 0, 2, 0b0010_0001, 0]);
+    }
+
+    #[test]
+    fn empty_codebook() {
+        let cb = Codebook::from_histogram(&[0; 10]);
+        assert_eq!(cb.used_symbols(), 0);
+        let mut bits = Vec::new();
+        cb.encode(&[], &mut bits).unwrap();
+        assert!(bits.is_empty());
+        assert!(cb.encode(&[3], &mut bits).is_err());
+        let mut ser = Vec::new();
+        cb.write(&mut ser);
+        assert_eq!(ser, [0]);
+        let (read, used) = Codebook::read(&ser, 10).unwrap();
+        assert_eq!((read.used_symbols(), used), (0, 1));
+        read.decode(&[], &mut []).unwrap();
+        assert!(read.decode(&[0xFF; 16], &mut [0; 1]).is_err());
+        assert_eq!(entropy_bits(&[0; 10]), 0.0);
+    }
+
+    #[test]
+    fn single_symbol() {
+        let symbols = vec![7u16; 1000];
+        let cb = round_trip(&symbols, 8);
+        assert_eq!(lengths(&cb), [(7, 1)]);
+        let mut out = [0u16; 4];
+        assert!(cb.decode(&[0b0000_0100], &mut out).is_err(), "bit 1 is not a code");
+        let mut ser = Vec::new();
+        cb.write(&mut ser);
+        assert!(Codebook::read(&ser, 7).is_err(), "symbol 7 outside an alphabet of 7");
+    }
+
+    fn encode_decode(cb: &Codebook, symbols: &[u16]) {
+        let mut bits = Vec::new();
+        cb.encode(symbols, &mut bits).unwrap();
+        let mut out = vec![0; symbols.len()];
+        cb.decode(&bits, &mut out).unwrap();
+        assert_eq!(out, symbols);
+    }
+
+    #[test]
+    fn skew_is_limited_to_max_code_len() {
+        // Fibonacci counts and powers of two make the unrestricted Huffman tree a 40-deep chain.
+        let mut fib = vec![1u64, 1];
+        while fib.len() < 40 {
+            fib.push(fib[fib.len() - 1] + fib[fib.len() - 2]);
+        }
+        let pow2: Vec<u64> = (0..40).map(|k| 1 << k).collect();
+        // Every symbol, in runs long enough for the decoder's fast loop to meet long codes.
+        let symbols: Vec<u16> = (0..40u16).flat_map(|s| [s; 20]).chain((0..40).rev()).collect();
+        for freq in [fib, pow2] {
+            let cb = Codebook::from_histogram(&freq);
+            assert_eq!(lengths(&cb).iter().map(|&(_, l)| l).max(), Some(MAX_CODE_LEN));
+            assert_eq!(kraft(&cb), 1 << MAX_CODE_LEN);
+            encode_decode(&cb, &symbols);
+        }
+
+        // One symbol at 99.9999...%, a thousand seen once, counts near u64::MAX.
+        let mut freq = vec![1u64; 1000];
+        freq[500] = u64::MAX;
+        freq[501] = u64::MAX / 3;
+        let cb = Codebook::from_histogram(&freq);
+        assert_eq!(lengths(&cb)[500], (500, 1));
+        assert_eq!(kraft(&cb), 1 << MAX_CODE_LEN);
+        encode_decode(&cb, &(0..1000).chain([500; 5000]).chain(0..1000).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn full_alphabet() {
+        // Peaked at 32768, every symbol present.
+        let symbols: Vec<u16> = (0..=u16::MAX)
+            .chain((0..200_000u32).map(|i| (32768 + (i.wrapping_mul(2654435761) >> 27) as i32 - 16) as u16))
+            .collect();
+        let cb = round_trip(&symbols, 65536);
+        assert_eq!(cb.used_symbols(), 65536);
+    }
+
+    #[test]
+    fn codebook_of_300_symbols_is_small() {
+        let symbols: Vec<u16> = (0..30_000u32).map(|i| (1000 + (i * 7919 % 300)) as u16).chain([5000, 6000]).collect();
+        let cb = Codebook::from_histogram(&histogram(&symbols, 8000));
+        let mut ser = Vec::new();
+        cb.write(&mut ser);
+        assert_eq!(cb.used_symbols(), 302);
+        assert!(ser.len() <= 200, "{} bytes", ser.len());
+    }
+
+    #[test]
+    fn missing_symbol_is_invalid_input() {
+        let cb = Codebook::from_histogram(&[0, 5, 0, 3]);
+        let mut bits = vec![9];
+        for bad in [[1u16, 0, 3], [1, 2, 3], [1, 3, 4], [1, 3, 60000]] {
+            assert!(matches!(cb.encode(&bad, &mut bits), Err(CodecError::InvalidInput(_))));
+            assert_eq!(bits, [9]);
+        }
+    }
+
+    #[test]
+    fn read_rejects_invalid_codebooks() {
+        let with_lengths = |lens: &[u32]| {
+            let mut ser = vec![1, 0, lens.len() as u8 - 1];
+            let mut w = BitWriter::new(&mut ser);
+            for &l in lens {
+                w.put(l - 1, 5);
+            }
+            w.finish();
+            ser
+        };
+        assert!(Codebook::read(&with_lengths(&[1, 2, 2]), 3).is_ok());
+        assert!(Codebook::read(&with_lengths(&[1, 1, 2]), 3).is_err(), "over-subscribed");
+        assert!(Codebook::read(&with_lengths(&[2, 2, 2]), 3).is_err(), "incomplete");
+        assert!(Codebook::read(&with_lengths(&[2]), 3).is_err(), "lone symbol must have length 1");
+        assert!(Codebook::read(&with_lengths(&[1, 25]), 3).is_err(), "too long");
+        assert!(Codebook::read(&with_lengths(&[1, 2, 2]), 2).is_err(), "symbol out of range");
+        let mut padded = with_lengths(&[1, 2, 2]);
+        *padded.last_mut().unwrap() |= 0x80;
+        assert!(Codebook::read(&padded, 3).is_err(), "nonzero padding");
+        assert!(Codebook::read(&[0x80; 11], 3).is_err(), "overlong varint");
+        assert!(Codebook::read(&[1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0], 65536).is_err());
+
+        let cb = Codebook::from_histogram(&[3, 0, 0, 9, 9, 9, 1, 0, 4]);
+        let mut ser = Vec::new();
+        cb.write(&mut ser);
+        for cut in 0..ser.len() {
+            assert!(Codebook::read(&ser[..cut], 9).is_err());
+        }
+        assert!(Codebook::read(&ser, 9).is_ok());
+    }
+
+    #[test]
+    fn huge_count_tiny_stream_fails_fast() {
+        let cb = Codebook::from_histogram(&[1, 1, 1, 1, 1, 1, 1, 1000]);
+        let mut out = vec![0u16; 50_000_000];
+        assert!(cb.decode(&[0xFF], &mut out).is_err());
+    }
+
+    #[test]
+    fn entropy_estimate() {
+        assert!((entropy_bits(&[1, 1, 2]) - 6.0).abs() < 1e-12);
+        assert!((entropy_bits(&[5, 0, 5, 5, 5]) - 40.0).abs() < 1e-12);
+    }
+
+    /// Symbol streams peaked around a centre, with outliers anywhere in the alphabet.
+    fn peaked_stream() -> impl Strategy<Value = (Vec<u16>, usize)> {
+        (1usize..3000, 0u32..=100).prop_flat_map(|(alphabet, peak)| {
+            let sym = (any::<u32>(), any::<u16>()).prop_map(move |(r, x)| {
+                let centre = alphabet / 2;
+                match r % 100 {
+                    p if p < peak => centre as u16,
+                    p if p < 95 => (centre + (r as usize >> 8) % 9).min(alphabet - 1) as u16,
+                    _ => (x as usize % alphabet) as u16,
+                }
+            });
+            (prop::collection::vec(sym, 0..3000), Just(alphabet))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips((symbols, alphabet) in peaked_stream()) {
+            let cb = round_trip(&symbols, alphabet);
+            let freq = histogram(&symbols, alphabet);
+            let max = lengths(&cb).iter().map(|&(_, l)| l).max().unwrap_or(0);
+            if max < MAX_CODE_LEN && cb.used_symbols() > 1 {
+                prop_assert_eq!(cb.encoded_bits(&freq), reference_cost(&freq));
+            }
+            prop_assert!(cb.encoded_bits(&freq) as f64 >= entropy_bits(&freq) - 1e-6);
+        }
+
+        #[test]
+        fn random_histograms_make_valid_codes(
+            freq in prop::collection::vec(prop_oneof![Just(0u64), 1u64..4, any::<u64>()], 1..600),
+        ) {
+            let cb = Codebook::from_histogram(&freq);
+            let used = freq.iter().filter(|&&f| f > 0).count();
+            prop_assert_eq!(cb.used_symbols(), used);
+            match used {
+                0 => prop_assert_eq!(kraft(&cb), 0),
+                1 => prop_assert_eq!(kraft(&cb), 1 << (MAX_CODE_LEN - 1)),
+                _ => prop_assert_eq!(kraft(&cb), 1 << MAX_CODE_LEN),
+            }
+            let mut ser = Vec::new();
+            cb.write(&mut ser);
+            prop_assert!(Codebook::read(&ser, freq.len()).is_ok());
+        }
+
+        #[test]
+        fn read_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), alphabet in 0usize..70_000) {
+            if let Ok((cb, used)) = Codebook::read(&bytes, alphabet) {
+                prop_assert!(used <= bytes.len());
+                prop_assert!(lengths(&cb).iter().all(|&(s, _)| s < alphabet));
+                let mut out = vec![0u16; 100];
+                let _ = cb.decode(&bytes, &mut out);
+            }
+        }
+
+        #[test]
+        fn mutated_codebooks_never_panic(
+            (symbols, alphabet) in peaked_stream(),
+            flips in prop::collection::vec(any::<(usize, u8)>(), 1..4),
+        ) {
+            let cb = Codebook::from_histogram(&histogram(&symbols, alphabet));
+            let mut ser = Vec::new();
+            cb.write(&mut ser);
+            for (at, x) in flips {
+                let n = ser.len();
+                ser[at % n] ^= x;
+            }
+            if let Ok((cb, _)) = Codebook::read(&ser, alphabet) {
+                let mut out = vec![0u16; 64];
+                let _ = cb.decode(&ser, &mut out);
+            }
+        }
+
+        #[test]
+        fn damaged_bitstreams_never_panic(
+            (symbols, alphabet) in peaked_stream(),
+            flips in prop::collection::vec(any::<(usize, u8)>(), 0..4),
+            cut in 0usize..8,
+            extra in 0usize..40,
+        ) {
+            let cb = Codebook::from_histogram(&histogram(&symbols, alphabet));
+            let mut bits = Vec::new();
+            cb.encode(&symbols, &mut bits).unwrap();
+            let mut out = vec![0u16; symbols.len()];
+            if cut > 0 && !bits.is_empty() {
+                // Every byte holds at least one bit of a code: dropping any must be noticed.
+                let keep = bits.len().saturating_sub(cut);
+                prop_assert!(cb.decode(&bits[..keep], &mut out).is_err());
+            }
+            for (at, x) in flips {
+                if !bits.is_empty() {
+                    let n = bits.len();
+                    bits[at % n] ^= x;
+                }
+            }
+            let _ = cb.decode(&bits, &mut out);
+            let mut longer = vec![0u16; symbols.len() + extra];
+            let _ = cb.decode(&bits, &mut longer);
+        }
+
+        #[test]
+        fn random_bitstreams_never_panic(
+            // Wide dynamic range, so long codes and the slow path are exercised too.
+            freq in prop::collection::vec(prop_oneof![0u64..50, (0u32..40).prop_map(|k| 1u64 << k)], 1..300),
+            bits in prop::collection::vec(any::<u8>(), 0..200),
+            n in 0usize..400,
+        ) {
+            let cb = Codebook::from_histogram(&freq);
+            let mut out = vec![0u16; n];
+            if cb.decode(&bits, &mut out).is_ok() {
+                prop_assert!(out.iter().all(|&s| freq[s as usize] > 0));
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! amrzip-codec: error-bounded lossy compression of f32/f64 arrays of 1 to 4 dimensions.
+//!
+//! The pipeline is a composition of stages, each in its own module:
+//! `grid` (array geometry and chunking) -> `predictor` (Lorenzo, regression, interpolation,
+//! dual-quantization) + `quantizer` (linear-scaling, bound checked on the reconstructed value) ->
+//! `entropy` (canonical Huffman shared by all chunks, then zstd) -> `stream` (versioned header,
+//! chunk table, checksum). `compressor` glues them; `selection` picks the predictor by sampling.
+//!
+//! Every decoded value `x'` of an input `x` satisfies `|x - x'| <= bound` (NaN and ±Inf are
+//! reproduced bit for bit): the encoder reconstructs each value exactly as the decoder will and
+//! stores the value losslessly whenever the check fails.
+
+pub mod element;
+pub mod error;
+
+mod compressor;
+mod entropy;
+mod grid;
+mod nonfinite;
+mod bytes;
+mod predictor;
+mod quantizer;
+mod selection;
+mod stream;
+mod threads;
+
+pub use element::{DType, Element};
+pub use error::{CodecError, Result};
+pub use predictor::PredictorKind;
+pub use stream::StreamInfo;
+
+/// How the user states the error bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ErrorBound {
+    /// Every value within this absolute distance.
+    Absolute(f64),
+    /// A fraction of the value range (max - min over the finite values).
+    Relative(f64),
+}
+
+/// What to optimise for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// Best compression ratio: the predictor is chosen by sampling.
+    Ratio,
+    /// Throughput first: dual-quantization Lorenzo with a light entropy stage.
+    Speed,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub bound: ErrorBound,
+    pub preset: Preset,
+    /// Worker threads; `None` means all cores.
+    pub threads: Option<usize>,
+    /// Force one predictor instead of sampling (benchmarks and tests use this).
+    pub predictor: Option<PredictorKind>,
+}
+
+impl Config {
+    pub fn new(bound: ErrorBound) -> Config {
+        Config { bound, preset: Preset::Ratio, threads: None, predictor: None }
+    }
+}
+
+/// Compresses a C-order (last index fastest) array of `shape` into a self-describing stream.
+pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Result<Vec<u8>> {
+    threads::run_with(config.threads, || compressor::compress(data, shape, config))
+}
+
+/// Decompresses a stream holding elements of type `T`; returns the values and the shape.
+/// Fails with `InvalidInput` if the stream holds the other float type (see [`info`]).
+pub fn decompress<T: Element>(stream: &[u8], threads: Option<usize>) -> Result<(Vec<T>, Vec<usize>)> {
+    threads::run_with(threads, || compressor::decompress(stream))
+}
+
+/// Reads and validates a stream's header without decoding its payload.
+pub fn info(stream: &[u8]) -> Result<StreamInfo> {
+    stream::StreamInfo::read(stream)
+}

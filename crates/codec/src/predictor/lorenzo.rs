@@ -1,0 +1,147 @@
+//! First-order Lorenzo prediction in 1 to 4 dimensions, with error feedback (predictions use
+//! reconstructed values). The chunk lives in a buffer padded by one layer of zeros before index 0
+//! of every dimension, so the stencil needs no boundary cases.
+
+use super::{Coded, DecodeVisitor, EncodeVisitor, Visit};
+use crate::element::Element;
+use crate::error::Result;
+use crate::grid::for_each_index;
+use crate::quantizer::Quantizer;
+
+/// A chunk with a zero layer before index 0 of every dimension.
+pub struct Padded<T> {
+    pub buf: Vec<T>,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+}
+
+impl<T: Element> Padded<T> {
+    pub fn zeros(shape: &[usize]) -> Self {
+        let mut strides = vec![1usize; shape.len()];
+        for d in (0..shape.len() - 1).rev() {
+            strides[d] = strides[d + 1] * (shape[d + 1] + 1);
+        }
+        let len = strides[0] * (shape[0] + 1);
+        Padded { buf: vec![T::default(); len], shape: shape.to_vec(), strides }
+    }
+
+    pub fn from_dense(data: &[T], shape: &[usize]) -> Self {
+        let mut p = Self::zeros(shape);
+        let n = shape[shape.len() - 1];
+        let mut rows = Vec::new();
+        p.row_starts(&vec![0; shape.len()], shape, &mut rows);
+        for (r, &start) in rows.iter().enumerate() {
+            p.buf[start..start + n].copy_from_slice(&data[r * n..(r + 1) * n]);
+        }
+        p
+    }
+
+    pub fn to_dense(&self) -> Vec<T> {
+        let n = self.shape[self.shape.len() - 1];
+        let mut out = Vec::with_capacity(self.shape.iter().product());
+        let mut rows = Vec::new();
+        self.row_starts(&vec![0; self.shape.len()], &self.shape, &mut rows);
+        for start in rows {
+            out.extend_from_slice(&self.buf[start..start + n]);
+        }
+        out
+    }
+
+    /// Padded index of the first element of every row of the sub-box (`origin`, `extent`).
+    pub fn row_starts(&self, origin: &[usize], extent: &[usize], out: &mut Vec<usize>) {
+        let nd = self.shape.len();
+        out.clear();
+        for_each_index(&extent[..nd - 1], |pos| {
+            let base: usize = (0..nd - 1).map(|d| (origin[d] + pos[d] + 1) * self.strides[d]).sum();
+            out.push(base + origin[nd - 1] + 1);
+        });
+    }
+}
+
+/// The Lorenzo stencil for `K = 2^d - 1` neighbours: every corner of the unit cell behind the
+/// point, signed by the parity of the number of dimensions it steps back in.
+pub struct Stencil<const K: usize> {
+    off: [usize; K],
+    sign: [f64; K],
+}
+
+impl<const K: usize> Stencil<K> {
+    pub fn new(padded_strides: &[usize]) -> Self {
+        let mut off = [0usize; K];
+        let mut sign = [0f64; K];
+        for (m, (o, s)) in off.iter_mut().zip(sign.iter_mut()).enumerate() {
+            let subset = m + 1;
+            *o = (0..padded_strides.len()).filter(|d| subset >> d & 1 == 1).map(|d| padded_strides[d]).sum();
+            *s = if subset.count_ones() % 2 == 1 { 1.0 } else { -1.0 };
+        }
+        Stencil { off, sign }
+    }
+
+    #[inline(always)]
+    pub fn predict<T: Element>(&self, buf: &[T], i: usize) -> f64 {
+        let mut p = 0.0;
+        for m in 0..K {
+            p += self.sign[m] * buf[i - self.off[m]].to_f64();
+        }
+        p
+    }
+}
+
+/// Runs `$body` with `$st` bound to the stencil for the padded strides' dimensionality.
+macro_rules! with_stencil {
+    ($strides:expr, $st:ident => $body:expr) => {
+        match $strides.len() {
+            1 => {
+                let $st = $crate::predictor::lorenzo::Stencil::<1>::new($strides);
+                $body
+            }
+            2 => {
+                let $st = $crate::predictor::lorenzo::Stencil::<3>::new($strides);
+                $body
+            }
+            3 => {
+                let $st = $crate::predictor::lorenzo::Stencil::<7>::new($strides);
+                $body
+            }
+            _ => {
+                let $st = $crate::predictor::lorenzo::Stencil::<15>::new($strides);
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_stencil;
+
+/// Visits the sub-box (`origin`, `extent`) of the padded chunk in C order with Lorenzo predictions.
+pub fn walk_box<T: Element, V: Visit<T>, const K: usize>(p: &mut Padded<T>, st: &Stencil<K>, origin: &[usize], extent: &[usize], rows: &mut Vec<usize>, v: &mut V) {
+    let n = extent[extent.len() - 1];
+    p.row_starts(origin, extent, rows);
+    for &start in rows.iter() {
+        for i in start..start + n {
+            let pred = st.predict(&p.buf, i);
+            p.buf[i] = v.visit(p.buf[i], pred);
+        }
+    }
+}
+
+fn walk<T: Element, V: Visit<T>>(p: &mut Padded<T>, v: &mut V) {
+    let strides = p.strides.clone();
+    let shape = p.shape.clone();
+    let origin = vec![0; shape.len()];
+    let mut rows = Vec::new();
+    with_stencil!(&strides, st => walk_box(p, &st, &origin, &shape, &mut rows, v))
+}
+
+pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T> {
+    let mut p = Padded::from_dense(data, shape);
+    let mut v = EncodeVisitor::new(q, data.len());
+    walk(&mut p, &mut v);
+    Coded { symbols: v.symbols, exact: v.exact, side: Vec::new() }
+}
+
+pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T]) -> Result<Vec<T>> {
+    let mut p = Padded::zeros(shape);
+    let mut v = DecodeVisitor::new(q, symbols, exact)?;
+    walk(&mut p, &mut v);
+    Ok(p.to_dense())
+}

@@ -1,0 +1,151 @@
+//! Predictors. Each one walks a chunk in a fixed order and, for every point, predicts it from
+//! already-reconstructed neighbours. The walk is written once per predictor and shared by the
+//! encoder and the decoder through [`Visit`], so the two can never disagree on the order or on
+//! the prediction arithmetic.
+
+mod dual_quant;
+mod interpolation;
+mod lorenzo;
+mod regression;
+
+use crate::element::Element;
+use crate::error::{corrupt, Result};
+use crate::quantizer::{ExactValues, Quantizer};
+
+pub use interpolation::{DimOrder, LevelBounds, Spline};
+pub use regression::default_block as default_regression_block;
+
+/// Predictor identity as stored in the chunk table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PredictorKind {
+    /// First-order Lorenzo with error feedback.
+    Lorenzo = 0,
+    /// Blocks of Lorenzo or a fitted linear model, whichever the block's estimate favours.
+    Regression = 1,
+    /// Multilevel spline interpolation (linear or cubic per level, dimension order by sampling).
+    Interpolation = 2,
+    /// Lorenzo on prequantized integers: no data dependency between points.
+    DualQuant = 3,
+}
+
+impl PredictorKind {
+    pub fn from_code(c: u8) -> Option<PredictorKind> {
+        [PredictorKind::Lorenzo, PredictorKind::Regression, PredictorKind::Interpolation, PredictorKind::DualQuant].get(c as usize).copied()
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            PredictorKind::Lorenzo => "lorenzo",
+            PredictorKind::Regression => "regression",
+            PredictorKind::Interpolation => "interpolation",
+            PredictorKind::DualQuant => "dual-quant",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<PredictorKind> {
+        (0..4).filter_map(PredictorKind::from_code).find(|k| k.name() == name)
+    }
+}
+
+/// A predictor with its tunables, as chosen for one chunk.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Predictor {
+    Lorenzo,
+    Regression { block: usize },
+    Interpolation { spline: Spline, order: DimOrder, bounds: LevelBounds },
+    DualQuant,
+}
+
+impl Predictor {
+    pub fn kind(&self) -> PredictorKind {
+        match self {
+            Predictor::Lorenzo => PredictorKind::Lorenzo,
+            Predictor::Regression { .. } => PredictorKind::Regression,
+            Predictor::Interpolation { .. } => PredictorKind::Interpolation,
+            Predictor::DualQuant => PredictorKind::DualQuant,
+        }
+    }
+}
+
+/// What a predictor produces for one chunk: one symbol per element, the values it had to keep
+/// exactly (in visiting order), and its own side information (parameters, coefficients).
+#[derive(Default)]
+pub struct Coded<T> {
+    pub symbols: Vec<u16>,
+    pub exact: Vec<T>,
+    pub side: Vec<u8>,
+}
+
+/// Encoder and decoder share each predictor's walk through this: given the value at the point
+/// (meaningless when decoding) and its prediction, return the reconstructed value.
+pub trait Visit<T: Element> {
+    fn visit(&mut self, x: T, pred: f64) -> T;
+}
+
+pub struct EncodeVisitor<T> {
+    pub q: Quantizer,
+    pub symbols: Vec<u16>,
+    pub exact: Vec<T>,
+}
+
+impl<T: Element> EncodeVisitor<T> {
+    pub fn new(q: &Quantizer, n: usize) -> Self {
+        EncodeVisitor { q: *q, symbols: Vec::with_capacity(n), exact: Vec::new() }
+    }
+}
+
+impl<T: Element> Visit<T> for EncodeVisitor<T> {
+    #[inline(always)]
+    fn visit(&mut self, x: T, pred: f64) -> T {
+        let (s, r) = self.q.quantize(x, pred, &mut self.exact);
+        self.symbols.push(s);
+        r
+    }
+}
+
+pub struct DecodeVisitor<'a, T> {
+    q: Quantizer,
+    symbols: &'a [u16],
+    pos: usize,
+    exact: ExactValues<'a, T>,
+}
+
+impl<'a, T: Element> DecodeVisitor<'a, T> {
+    /// Checks up front that the exact values match the unpredictable symbols, so the walk
+    /// itself cannot run out of either.
+    pub fn new(q: &Quantizer, symbols: &'a [u16], exact: &'a [T]) -> Result<Self> {
+        let unpredictable = symbols.iter().filter(|&&s| s == 0).count();
+        if unpredictable != exact.len() {
+            return Err(corrupt!("{unpredictable} unpredictable symbols but {} stored values", exact.len()));
+        }
+        Ok(DecodeVisitor { q: *q, symbols, pos: 0, exact: ExactValues::new(exact) })
+    }
+}
+
+impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
+    #[inline(always)]
+    fn visit(&mut self, _x: T, pred: f64) -> T {
+        let s = self.symbols[self.pos];
+        self.pos += 1;
+        // Cannot fail: `new` matched the counts of unpredictable symbols and stored values.
+        self.q.recover(s, pred, &mut self.exact).unwrap_or_default()
+    }
+}
+
+/// Predicts and quantizes one chunk (C-order, `shape`).
+pub fn encode<T: Element>(p: &Predictor, data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T> {
+    match *p {
+        Predictor::Lorenzo => lorenzo::encode(data, shape, q),
+        Predictor::Regression { block } => regression::encode(data, shape, q, block),
+        Predictor::Interpolation { spline, order, bounds } => interpolation::encode(data, shape, q, spline, order, bounds),
+        Predictor::DualQuant => dual_quant::encode(data, shape, q),
+    }
+}
+
+/// Rebuilds one chunk from its symbols, exact values and side information.
+pub fn decode<T: Element>(kind: PredictorKind, shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+    match kind {
+        PredictorKind::Lorenzo => lorenzo::decode(shape, q, symbols, exact),
+        PredictorKind::Regression => regression::decode(shape, q, symbols, exact, side),
+        PredictorKind::Interpolation => interpolation::decode(shape, q, symbols, exact, side),
+        PredictorKind::DualQuant => dual_quant::decode(shape, q, symbols, exact, side),
+    }
+}

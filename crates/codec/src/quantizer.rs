@@ -1,0 +1,134 @@
+//! Linear-scaling quantization of prediction residuals with a bin radius.
+//!
+//! Symbol 0 means "unpredictable": the value is kept exactly in a side list. Symbol
+//! `q + radius` means the value is rebuilt as `pred + q * 2 * eb`, rounded to the element
+//! type. The encoder computes that reconstruction with the decoder's own expression and keeps
+//! the value exactly when the rounded result misses the bound, so the bound holds after the
+//! float32 cast and whatever the magnitudes involved.
+
+use crate::element::Element;
+use crate::error::{corrupt, Result};
+
+/// Default bin radius: codes span [-32767, 32767] and fit a u16 symbol.
+pub const DEFAULT_RADIUS: u32 = 32768;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Quantizer {
+    eb: f64,
+    two_eb: f64,
+    inv_two_eb: f64,
+    radius: i64,
+}
+
+impl Quantizer {
+    /// `eb` must be finite and >= 0; 0 means lossless (only exact predictions are coded).
+    pub fn new(eb: f64, radius: u32) -> Quantizer {
+        debug_assert!(eb.is_finite() && eb >= 0.0 && (2..=32768).contains(&radius));
+        let inv_two_eb = if eb > 0.0 { 0.5 / eb } else { 0.0 };
+        Quantizer { eb, two_eb: 2.0 * eb, inv_two_eb, radius: radius as i64 }
+    }
+
+    /// The same quantizer with another bound (same radius, so the same alphabet).
+    pub fn with_eb(&self, eb: f64) -> Quantizer {
+        Quantizer::new(eb, self.radius as u32)
+    }
+
+    pub fn eb(&self) -> f64 {
+        self.eb
+    }
+
+    /// Number of distinct symbols (alphabet size of the entropy stage).
+    pub fn alphabet(&self) -> usize {
+        2 * self.radius as usize
+    }
+
+    #[inline(always)]
+    fn rebuild<T: Element>(&self, pred: f64, q: i64) -> T {
+        T::from_f64(pred + q as f64 * self.two_eb)
+    }
+
+    /// Quantizes `x` against `pred`; returns the symbol and the value the decoder will see.
+    #[inline(always)]
+    pub fn quantize<T: Element>(&self, x: T, pred: f64, exact: &mut Vec<T>) -> (u16, T) {
+        let xf = x.to_f64();
+        let t = (xf - pred) * self.inv_two_eb;
+        // Round half away from zero via truncation; NaN and overflow saturate and fail below.
+        let q = if t >= 0.0 { (t + 0.5) as i64 } else { (t - 0.5) as i64 };
+        // A range test, not `q.abs()`: a saturated i64::MIN has no absolute value.
+        if -self.radius < q && q < self.radius {
+            let r: T = self.rebuild(pred, q);
+            // A lossless request must also keep the sign of zero.
+            if (r.to_f64() - xf).abs() <= self.eb && (self.eb > 0.0 || r.to_bits_u64() == x.to_bits_u64()) {
+                return ((q + self.radius) as u16, r);
+            }
+        }
+        exact.push(x);
+        (0, x)
+    }
+
+    /// Inverse of `quantize`, taking exact values in order from `exact`.
+    #[inline(always)]
+    pub fn recover<T: Element>(&self, sym: u16, pred: f64, exact: &mut ExactValues<T>) -> Result<T> {
+        if sym == 0 {
+            exact.next()
+        } else {
+            Ok(self.rebuild(pred, sym as i64 - self.radius))
+        }
+    }
+}
+
+/// Cursor over the exactly-stored values of a chunk.
+pub struct ExactValues<'a, T> {
+    values: &'a [T],
+    pos: usize,
+}
+
+impl<'a, T: Element> ExactValues<'a, T> {
+    pub fn new(values: &'a [T]) -> Self {
+        ExactValues { values, pos: 0 }
+    }
+    #[inline(always)]
+    pub fn next(&mut self) -> Result<T> {
+        let v = self.values.get(self.pos).copied().ok_or_else(|| corrupt!("more unpredictable values coded than stored"))?;
+        self.pos += 1;
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_holds_after_float32_rounding() {
+        let q = Quantizer::new(1e-3, DEFAULT_RADIUS);
+        let mut exact = Vec::new();
+        for &x in &[1.0f32, 3.4e38, -3.4e38, 1e-40, 12345.678, f32::MAX, f32::MIN_POSITIVE] {
+            for &pred in &[0.0, x as f64 * 0.999, x as f64 + 7e-4, 1e30] {
+                let (s, r) = q.quantize(x, pred, &mut exact);
+                assert!(((r as f64) - (x as f64)).abs() <= 1e-3, "{x} {pred} {s} {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn lossless_when_bound_is_zero() {
+        let q = Quantizer::new(0.0, DEFAULT_RADIUS);
+        let mut exact = Vec::new();
+        assert_eq!(q.quantize(2.5f64, 2.5, &mut exact), (32768, 2.5));
+        assert_eq!(q.quantize(2.5f64, 2.0, &mut exact), (0, 2.5));
+        let (_, r) = q.quantize(-0.0f64, 0.0, &mut exact);
+        assert!(r.is_sign_negative());
+        assert_eq!(exact.len(), 2);
+    }
+
+    #[test]
+    fn saturated_codes_are_not_wrapped_into_the_alphabet() {
+        // The residual overflows i64 and saturates to i64::MIN, whose absolute value wraps.
+        let q = Quantizer::new(1e-7, DEFAULT_RADIUS);
+        let mut exact = Vec::new();
+        let x = 1.4304054740110017e19f32;
+        let (s, r) = q.quantize(x, x as f64 + 1.9e12, &mut exact);
+        assert_eq!((s, r), (0, x));
+    }
+}

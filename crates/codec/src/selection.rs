@@ -1,0 +1,151 @@
+//! Chooses the predictor for a field by trying the candidates on sample boxes spread over the
+//! array and keeping the one whose quantization codes have the lowest estimated size.
+
+use crate::element::Element;
+use crate::entropy::huffman::Codebook;
+use crate::entropy::zstd_compress;
+use crate::grid::{gather, num_elements, ChunkBox};
+use crate::nonfinite;
+use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
+use crate::quantizer::Quantizer;
+use crate::{Config, Preset};
+use rayon::prelude::*;
+
+/// Elements per sample box, and how many elements to sample in all: a share of the array,
+/// within limits that keep the estimate steady on small arrays and cheap on large ones.
+const SAMPLE_BOX_ELEMENTS: usize = 1 << 18;
+const SAMPLE_FRACTION: f64 = 0.02;
+const MIN_SAMPLE_ELEMENTS: usize = 1 << 18;
+const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
+
+/// Level-bound tunings tried once the spline and order are chosen (the first is the default).
+const LEVEL_BOUNDS: [LevelBounds; 3] = [LevelBounds { alpha: 1.5, beta: 2.0 }, LevelBounds::UNIFORM, LevelBounds { alpha: 2.0, beta: 4.0 }];
+
+fn interpolation(spline: Spline, order: DimOrder) -> Predictor {
+    Predictor::Interpolation { spline, order, bounds: LEVEL_BOUNDS[0] }
+}
+
+/// Cubic interpolation in each dimension order; the spline is settled afterwards.
+fn interpolation_candidates(ndim: usize) -> Vec<Predictor> {
+    let orders: &[DimOrder] = if ndim == 1 { &[DimOrder::Forward] } else { &[DimOrder::Forward, DimOrder::Backward] };
+    orders.iter().map(|&order| interpolation(Spline::Cubic, order)).collect()
+}
+
+fn candidates(config: &Config, ndim: usize, lossless: bool) -> Vec<Predictor> {
+    let regression = Predictor::Regression { block: predictor::default_regression_block(ndim) };
+    match (config.predictor, config.preset) {
+        // Dual quantization divides by the bound; a lossless request takes the Lorenzo path.
+        (Some(PredictorKind::DualQuant), _) | (None, Preset::Speed) if lossless => vec![Predictor::Lorenzo],
+        (Some(PredictorKind::DualQuant), _) | (None, Preset::Speed) => vec![Predictor::DualQuant],
+        (Some(PredictorKind::Lorenzo), _) => vec![Predictor::Lorenzo],
+        (Some(PredictorKind::Regression), _) => vec![regression],
+        (Some(PredictorKind::Interpolation), _) => interpolation_candidates(ndim),
+        (None, Preset::Ratio) => {
+            let mut c = interpolation_candidates(ndim);
+            c.push(regression);
+            c
+        }
+    }
+}
+
+/// Sample boxes: the whole array when it is small, else boxes on a regular lattice.
+fn sample_boxes(shape: &[usize]) -> Vec<ChunkBox> {
+    let n = num_elements(shape);
+    // Edges of 2^k + 1 put a box's last point on its coarsest lattice, so the sample measures
+    // interpolation inside the data and not the one-sided predictions of its artificial faces,
+    // which would otherwise dominate at loose bounds and favour the wrong spline.
+    let edge = (1usize << (SAMPLE_BOX_ELEMENTS.trailing_zeros() as usize / shape.len())) + 1;
+    let extent: Vec<usize> = shape.iter().map(|&s| s.min(edge)).collect();
+    let per_box = num_elements(&extent);
+    let wanted = ((n as f64 * SAMPLE_FRACTION) as usize).clamp(MIN_SAMPLE_ELEMENTS, MAX_SAMPLE_ELEMENTS);
+    if wanted * 2 >= n {
+        return vec![ChunkBox { origin: vec![0; shape.len()], shape: shape.to_vec() }];
+    }
+    let count = wanted.div_ceil(per_box);
+    // Spread boxes along a low-discrepancy sequence per dimension (golden-ratio steps).
+    (0..count)
+        .map(|k| {
+            let origin = shape
+                .iter()
+                .zip(&extent)
+                .enumerate()
+                .map(|(d, (&s, &e))| {
+                    let phi = [0.618_033_988_7, 0.754_877_666_2, 0.569_840_290_9, 0.724_491_959_0][d];
+                    (((k as f64 + 0.5) * phi).fract() * (s - e + 1) as f64) as usize
+                })
+                .collect();
+            ChunkBox { origin, shape: extent.clone() }
+        })
+        .collect()
+}
+
+/// Compressed size of `p` on the samples, through the real entropy stages: the symbols' entropy
+/// alone misses how much zstd gains on long runs of one code, which decides the loose bounds.
+fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, zstd_level: i32) -> usize {
+    let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, data, shape, q)).collect();
+    let mut hist = vec![0u64; q.alphabet()];
+    for c in &coded {
+        for &s in &c.symbols {
+            hist[s as usize] += 1;
+        }
+    }
+    let codebook = Codebook::from_histogram(&hist);
+    let mut bits = Vec::new();
+    let mut size = 0;
+    for c in &coded {
+        bits.clear();
+        codebook.encode(&c.symbols, &mut bits).expect("codebook built from these symbols");
+        size += zstd_compress(&bits, zstd_level).len() + c.exact.len() * T::BYTES + c.side.len();
+    }
+    size
+}
+
+/// Sample-based costs, remembered so a candidate met again in a later round is not re-run.
+struct Trials<'a, T> {
+    samples: &'a [(Vec<T>, Vec<usize>)],
+    q: &'a Quantizer,
+    zstd_level: i32,
+    seen: Vec<(Predictor, usize)>,
+}
+
+impl<T: Element> Trials<'_, T> {
+    fn cost(&mut self, p: &Predictor) -> usize {
+        if let Some(&(_, c)) = self.seen.iter().find(|(s, _)| s == p) {
+            return c;
+        }
+        let c = estimate(p, self.samples, self.q, self.zstd_level);
+        self.seen.push((*p, c));
+        c
+    }
+
+    fn cheapest(&mut self, cands: &[Predictor]) -> Predictor {
+        let costs: Vec<usize> = cands.iter().map(|p| self.cost(p)).collect();
+        let best = costs.iter().enumerate().min_by_key(|c| *c.1).map(|(i, _)| i).unwrap_or(0);
+        cands[best]
+    }
+}
+
+/// The predictor for a whole array: first the predictor family and dimension order, then, for
+/// interpolation, the spline and the level-wise bounds.
+pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Config) -> Predictor {
+    let cands = candidates(config, shape.len(), q.eb() == 0.0);
+    if cands.len() == 1 {
+        return cands[0];
+    }
+    let samples: Vec<(Vec<T>, Vec<usize>)> = sample_boxes(shape)
+        .iter()
+        .map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone()))
+        .collect();
+    let mut trials = Trials { samples: &samples, q, zstd_level: crate::compressor::zstd_level(config.preset), seen: Vec::new() };
+    match trials.cheapest(&cands) {
+        Predictor::Interpolation { order, .. } => {
+            let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
+                Predictor::Interpolation { spline, .. } => spline,
+                _ => Spline::Cubic,
+            };
+            let tunings: Vec<Predictor> = LEVEL_BOUNDS.iter().map(|&bounds| Predictor::Interpolation { spline, order, bounds }).collect();
+            trials.cheapest(&tunings)
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,34 @@
+//! Runs codec work on a rayon pool of the size the caller asked for. Pools are cached per size
+//! because building one costs far more than compressing a small array.
+
+use crate::error::{CodecError, Result};
+use rayon::{ThreadPool, ThreadPoolBuilder};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+static POOLS: OnceLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> = OnceLock::new();
+
+fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
+    let mut pools = POOLS.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = pools.get(&threads) {
+        return Ok(p.clone());
+    }
+    let p = ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("amrzip-{i}"))
+        .build()
+        .map_err(|e| CodecError::InvalidInput(format!("cannot start {threads} threads: {e}")))?;
+    let p = Arc::new(p);
+    pools.insert(threads, p.clone());
+    Ok(p)
+}
+
+/// `None` runs on rayon's global pool (all cores); `Some(n)` on a pool of exactly `n` threads.
+pub fn run_with<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    match threads {
+        None => work(),
+        Some(0) => Err(CodecError::InvalidInput("threads must be at least 1".into())),
+        Some(n) if n > 1024 => Err(CodecError::InvalidInput(format!("threads={n} is more than 1024"))),
+        Some(n) => pool(n)?.install(work),
+    }
+}

@@ -1,0 +1,111 @@
+//! The `amrzip._core` extension module: a thin layer from numpy arrays and bytes to the Rust
+//! codec. Argument checking that needs Python types lives in `python/amrzip/codec.py`.
+
+use amrzip_codec::{self as codec, CodecError, Config, DType, Element, ErrorBound, Preset, PredictorKind};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+create_exception!(_core, CorruptStreamError, PyValueError, "The data is not a valid amrzip stream (damaged, truncated or not amrzip).");
+
+fn to_py(e: CodecError) -> PyErr {
+    match e {
+        CodecError::InvalidInput(m) => PyValueError::new_err(m),
+        CodecError::Corrupt(m) => CorruptStreamError::new_err(m),
+    }
+}
+
+fn config(bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, predictor: Option<&str>) -> PyResult<Config> {
+    let bound = match bound_mode {
+        "abs" => ErrorBound::Absolute(bound),
+        "rel" => ErrorBound::Relative(bound),
+        m => return Err(PyValueError::new_err(format!("unknown bound mode {m:?} (expected 'abs' or 'rel')"))),
+    };
+    let preset = match preset {
+        "ratio" => Preset::Ratio,
+        "speed" => Preset::Speed,
+        p => return Err(PyValueError::new_err(format!("unknown mode {p:?} (expected 'ratio' or 'speed')"))),
+    };
+    let predictor = predictor
+        .map(|name| PredictorKind::from_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown predictor {name:?}"))))
+        .transpose()?;
+    Ok(Config { bound, preset, threads, predictor })
+}
+
+fn compress_typed<'py, T: Element + numpy::Element>(py: Python<'py>, array: &Bound<'py, PyAny>, cfg: &Config) -> PyResult<Bound<'py, PyBytes>> {
+    let array: PyReadonlyArrayDyn<T> = array.extract()?;
+    let shape = array.shape().to_vec();
+    let data = array.as_slice().map_err(|_| PyValueError::new_err("array must be C-contiguous"))?;
+    let out = py.detach(|| codec::compress(data, &shape, cfg)).map_err(to_py)?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// compress(array, bound_mode, bound, preset, threads=None, predictor=None) -> bytes
+#[pyfunction]
+#[pyo3(signature = (array, bound_mode, bound, preset, threads=None, predictor=None))]
+fn compress<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, predictor: Option<&str>) -> PyResult<Bound<'py, PyBytes>> {
+    let cfg = config(bound_mode, bound, preset, threads, predictor)?;
+    if array.extract::<PyReadonlyArrayDyn<f32>>().is_ok() {
+        compress_typed::<f32>(py, array, &cfg)
+    } else {
+        compress_typed::<f64>(py, array, &cfg)
+    }
+}
+
+fn decompress_typed<'py, T: Element + numpy::Element>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let (values, shape) = py.detach(|| codec::decompress::<T>(data, threads)).map_err(to_py)?;
+    PyArray1::from_vec(py, values).reshape(shape)
+}
+
+/// decompress(data, threads=None) -> numpy.ndarray
+#[pyfunction]
+#[pyo3(signature = (data, threads=None))]
+fn decompress<'py>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyResult<Bound<'py, PyAny>> {
+    match codec::info(data).map_err(to_py)?.dtype {
+        DType::F32 => Ok(decompress_typed::<f32>(py, data, threads)?.into_any()),
+        DType::F64 => Ok(decompress_typed::<f64>(py, data, threads)?.into_any()),
+    }
+}
+
+/// info(data) -> dict
+#[pyfunction]
+fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let i = codec::info(data).map_err(to_py)?;
+    let d = PyDict::new(py);
+    d.set_item("dtype", i.dtype.name())?;
+    d.set_item("shape", i.shape.clone())?;
+    d.set_item("mode", match i.preset {
+        Preset::Ratio => "ratio",
+        Preset::Speed => "speed",
+    })?;
+    let (kind, value) = match i.bound {
+        ErrorBound::Absolute(v) => ("abs", v),
+        ErrorBound::Relative(v) => ("rel", v),
+    };
+    d.set_item("bound_mode", kind)?;
+    d.set_item("bound", value)?;
+    d.set_item("abs_bound", i.abs_bound)?;
+    let names: Vec<&str> = i.predictors.iter().map(|(k, _)| k.name()).collect();
+    d.set_item("predictor", names.join("+"))?;
+    let counts = PyDict::new(py);
+    for (k, n) in &i.predictors {
+        counts.set_item(k.name(), n)?;
+    }
+    d.set_item("chunks_per_predictor", counts)?;
+    d.set_item("chunk_shape", i.chunk_shape.clone())?;
+    d.set_item("compressed_size", i.compressed_size)?;
+    d.set_item("original_size", i.original_size)?;
+    d.set_item("ratio", if i.compressed_size > 0 { i.original_size as f64 / i.compressed_size as f64 } else { 0.0 })?;
+    Ok(d)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(compress, m)?)?;
+    m.add_function(wrap_pyfunction!(decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(info, m)?)?;
+    m.add("CorruptStreamError", m.py().get_type::<CorruptStreamError>())?;
+    Ok(())
+}

@@ -1,0 +1,41 @@
+"""Error metrics between an original and a decompressed array, computed in float64 block by
+block so that checking a multi-gigabyte array does not need float64 copies of all of it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_BLOCK = 1 << 22  # elements per block: 32 MB of float64 per operand
+
+
+def _blocks(x: np.ndarray, y: np.ndarray):
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    for start in range(0, xf.size, _BLOCK):
+        yield xf[start : start + _BLOCK].astype(np.float64), yf[start : start + _BLOCK].astype(np.float64)
+
+
+def max_abs_error(x: np.ndarray, y: np.ndarray) -> float:
+    """Largest |x - y|; a NaN or infinity not reproduced exactly counts as an infinite error."""
+    worst = 0.0
+    for a, b in _blocks(x, y):
+        kept = (a == b) | (np.isnan(a) & np.isnan(b))
+        err = np.where(kept, 0.0, np.abs(a - b))
+        worst = max(worst, float(np.nan_to_num(err, nan=math.inf).max(initial=0.0)))
+    return worst
+
+
+def psnr(x: np.ndarray, y: np.ndarray) -> float:
+    """Peak signal-to-noise ratio in dB over the finite values, relative to their range."""
+    lo, hi, sq, n = math.inf, -math.inf, 0.0, 0
+    for a, b in _blocks(x, y):
+        finite = np.isfinite(a)
+        a, b = a[finite], b[finite]
+        if a.size:
+            lo, hi = min(lo, a.min()), max(hi, a.max())
+            sq += float(np.sum((a - b) ** 2))
+            n += a.size
+    if n == 0 or sq == 0.0:
+        return math.inf
+    return 20 * math.log10(hi - lo) - 10 * math.log10(sq / n) if hi > lo else -math.inf

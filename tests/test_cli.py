@@ -1,0 +1,190 @@
+"""The ``amrzip`` command, run as a separate process exactly as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import amrzip
+from roundtrip import check
+
+
+def amrzip_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "amrzip", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def assert_error(run: subprocess.CompletedProcess, status: int, *fragments: str):
+    """A user error: the given exit status and one readable line on stderr, no traceback."""
+    assert run.returncode == status, run.stderr
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("amrzip: error: "), run.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture
+def field() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return np.cumsum(rng.standard_normal((20, 30, 40)), axis=2).astype(np.float32)
+
+
+@pytest.fixture
+def raw(tmp_path, field) -> Path:
+    path = tmp_path / "field.raw"
+    field.tofile(path)
+    return path
+
+
+def test_raw_round_trip(tmp_path, raw, field):
+    run = amrzip_cli("compress", raw, "--dtype", "f32", "--shape", "20,30,40", "--rel", "1e-3", "-o", "f.amrz", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "ratio" in run.stdout and "MB/s" in run.stdout and "max error" not in run.stdout
+    stream = (tmp_path / "f.amrz").read_bytes()
+    assert amrzip.info(stream)["shape"] == [20, 30, 40]
+
+    run = amrzip_cli("decompress", "f.amrz", "-o", "back.raw", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    back = np.fromfile(tmp_path / "back.raw", dtype="<f4").reshape(field.shape)
+    check(field, back, stream, rel=1e-3)
+
+
+def test_npy_round_trip_with_default_names(tmp_path, field):
+    x = field.astype(np.float64)[::2]
+    np.save(tmp_path / "x.npy", x)
+    run = amrzip_cli("compress", "x.npy", "--abs", "0.01", "--mode", "speed", "--threads", "1", "--verify", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "max error" in run.stdout
+    stream = (tmp_path / "x.amrz").read_bytes()
+
+    run = amrzip_cli("decompress", "x.amrz", "-o", "y.npy", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    check(x, np.load(tmp_path / "y.npy"), stream, abs=0.01)
+
+
+def test_big_endian_raw(tmp_path, field):
+    field.astype(">f4").tofile(tmp_path / "be.raw")
+    options = ["--dtype", "float32", "--shape", "20x30x40", "--byteorder", "big", "--abs", "0.01"]
+    run = amrzip_cli("compress", "be.raw", *options, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    run = amrzip_cli("decompress", "be.amrz", "-o", "back.raw", "--byteorder", "big", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    back = np.fromfile(tmp_path / "back.raw", dtype=">f4").astype(np.float32).reshape(field.shape)
+    check(field, back, (tmp_path / "be.amrz").read_bytes(), abs=0.01)
+
+
+def test_empty_array(tmp_path):
+    (tmp_path / "e.raw").write_bytes(b"")
+    assert amrzip_cli("compress", "e.raw", "--dtype", "f64", "--shape", "0,7", "--abs", "1", cwd=tmp_path).returncode == 0
+    assert amrzip_cli("decompress", "e.amrz", "-o", "e.npy", cwd=tmp_path).returncode == 0
+    assert np.load(tmp_path / "e.npy").shape == (0, 7)
+
+
+def test_info(tmp_path, field):
+    (tmp_path / "f.amrz").write_bytes(amrzip.compress(field, rel=1e-3))
+    run = amrzip_cli("info", "f.amrz", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    for text in ("float32", "20x30x40", "ratio", "rel 0.001", "predictor", "compressed"):
+        assert text in run.stdout
+
+    described = json.loads(amrzip_cli("info", "f.amrz", "--json", cwd=tmp_path).stdout)
+    assert described == amrzip.info((tmp_path / "f.amrz").read_bytes())
+
+
+def test_demo(tmp_path):
+    run = amrzip_cli("demo", "--size", "32", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("ratio") >= 2 and run.stdout.count("speed") == 2
+
+
+def test_installed_command():
+    script = Path(sys.executable).with_name("amrzip")
+    run = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.startswith("amrzip, version")
+
+
+RAW = ["compress", "field.raw", "--dtype", "f32", "--shape", "20,30,40"]
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["compress", "missing.raw", "--dtype", "f32", "--shape", "4", "--rel", "1e-3"], ["missing.raw", "does not exist"]),
+        (["compress", "field.raw", "--dtype", "f32", "--shape", "20,30,41", "--rel", "1e-3"], ["96000 bytes", "98400"]),
+        (["compress", "field.raw", "--dtype", "f64", "--shape", "20,30,40", "--rel", "1e-3"], ["96000 bytes"]),
+        (["compress", "field.raw", "--dtype", "f32", "--shape", "20,30,x", "--rel", "1e-3"], ["--shape"]),
+        (["compress", "field.raw", "--dtype", "f32", "--shape", "1,2,3,4,5", "--rel", "1e-3"], ["1 to 4"]),
+        (["compress", "field.raw", "--shape", "20,30,40", "--rel", "1e-3"], ["--dtype"]),
+        (["compress", "field.raw", "--dtype", "int32", "--shape", "20,30,40", "--rel", "1e-3"], ["--dtype"]),
+        (RAW, ["exactly one error bound"]),
+        (RAW + ["--abs", "1", "--rel", "1e-3"], ["exactly one error bound"]),
+        (RAW + ["--rel", "-1"], ["--rel", ">= 0"]),
+        (RAW + ["--abs", "nan"], ["--abs", "finite"]),
+        (RAW + ["--abs", "inf"], ["--abs", "finite"]),
+        (RAW + ["--abs", "abc"], ["--abs"]),
+        (RAW + ["--rel", "1e-3", "--mode", "fast"], ["--mode"]),
+        (RAW + ["--rel", "1e-3", "--threads", "0"], ["--threads"]),
+        (RAW + ["--rel", "1e-3", "-o", "field.raw"], ["overwrite the input"]),
+        (["decompress", "missing.amrz"], ["does not exist"]),
+        (["frobnicate"], ["No such command"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) and v and v[0] in ("compress", "decompress", "frobnicate") else None,
+)
+def test_usage_errors(tmp_path, raw, args, fragments):
+    assert_error(amrzip_cli(*args, cwd=tmp_path), 2, *fragments)
+
+
+def test_existing_output_needs_force(tmp_path, raw):
+    (tmp_path / "field.amrz").write_bytes(b"keep me")
+    assert_error(amrzip_cli(*RAW, "--rel", "1e-3", cwd=tmp_path), 2, "--force")
+    assert (tmp_path / "field.amrz").read_bytes() == b"keep me"
+    assert amrzip_cli(*RAW, "--rel", "1e-3", "--force", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "array, options, fragments",
+    [
+        (np.zeros((3, 4), np.int32), [], ["unsupported dtype int32"]),
+        (np.zeros((1, 1, 1, 1, 2), np.float32), [], ["unsupported rank 5"]),
+        (np.zeros((3, 4), np.float32), ["--shape", "4,3"], ["--shape 4x3 does not match"]),
+        (np.zeros((3, 4), np.float32), ["--dtype", "f64"], ["--dtype float64 does not match"]),
+        (np.zeros((3, 4), ">f4"), ["--byteorder", "little"], ["--byteorder little does not match"]),
+    ],
+    ids=["int32", "rank 5", "shape", "dtype", "byteorder"],
+)
+def test_npy_not_matching(tmp_path, array, options, fragments):
+    np.save(tmp_path / "a.npy", array)
+    assert_error(amrzip_cli("compress", "a.npy", "--rel", "1e-3", *options, cwd=tmp_path), 2, *fragments)
+
+
+def test_npy_matching_options_are_accepted(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones((3, 4), ">f8"))
+    run = amrzip_cli("compress", "a.npy", "--rel", "1e-3", "--dtype", "f64", "--shape", "3,4", "--byteorder", "big", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+
+
+DAMAGE = {
+    "truncated": lambda s: s[: len(s) // 2],
+    "flipped byte": lambda s: s[:10] + bytes([s[10] ^ 0xFF]) + s[11:],
+    "trailing bytes": lambda s: s + b"junk",
+    "empty": lambda s: b"",
+    "not amrzip": lambda s: b"not amrzip at all",
+}
+
+
+@pytest.mark.parametrize("command", [["decompress"], ["info"]])
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_corrupt_stream(tmp_path, field, command, damage):
+    (tmp_path / "bad.amrz").write_bytes(DAMAGE[damage](amrzip.compress(field, rel=1e-3)))
+    assert_error(amrzip_cli(*command, "bad.amrz", cwd=tmp_path), 1, "bad.amrz", "not a valid amrzip stream")
+    assert not (tmp_path / "bad.raw").exists()
+
+
+def test_damaged_npy(tmp_path):
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    assert_error(amrzip_cli("compress", "bad.npy", "--rel", "1e-3", cwd=tmp_path), 1, "bad.npy")
