@@ -105,9 +105,9 @@ def make_climate2d() -> np.ndarray:
     """
     ny, nx = CLIMATE_SHAPE
     lat = np.deg2rad(np.linspace(90 - 0.05, -90 + 0.05, ny, dtype=np.float32))
-    zonal = 248.0 + 52.0 * np.cos(lat) ** 2 - 8.0 * (lat < 0)  # warm tropics, colder Antarctica
+    zonal = 248.0 + 52.0 * np.cos(lat) ** 2 - 10.0 * np.clip(-np.sin(lat), 0.0, None) ** 3  # colder Antarctica
     weather = gaussian_random_field(CLIMATE_SHAPE, slope=-3.5, seed=44, kmax=400)
-    continents = gaussian_random_field(CLIMATE_SHAPE, slope=-4.0, seed=45)
+    continents = gaussian_random_field(CLIMATE_SHAPE, slope=-3.0, seed=45, kmax=150)
     land = continents > np.quantile(continents[::8, ::8], 0.7)  # ~30% land
     elevation_km = np.clip(1.5 * gaussian_random_field(CLIMATE_SHAPE, slope=-2.5, seed=46) + 0.8, 0.0, None)
     t = zonal[:, None] + 4.0 * weather

@@ -18,7 +18,7 @@ from roundtrip import check, round_trip
 
 DTYPES = [np.float32, np.float64]
 MODES = ["ratio", "speed"]
-PREDICTORS = ["lorenzo", "regression", "interpolation", "dual-quant"]
+PREDICTORS = list(amrzip.codec.PREDICTORS)
 BOUNDS = [{"abs": 1e-3}, {"rel": 1e-4}]
 
 

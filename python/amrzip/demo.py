@@ -102,5 +102,8 @@ def run(size: int = 128, seed: int = 0, threads: int | None = None) -> list[Resu
         with progress.status(f"compressing: mode={mode}, rel={rel:g}", spinner="dots"):
             results.append(measure(field, mode, rel, threads))
     title = f"{size}^3 float32 turbulence-like field ({field.nbytes / 1e6:.1f} MB, seed {seed})"
-    Console().print(results_table(results, title))
+    # A pipe reports 80 columns, too narrow for the table: never truncate it.
+    out = Console()
+    out.width = max(out.width, 120)
+    out.print(results_table(results, title))
     return results

@@ -12,7 +12,7 @@ use crate::element::Element;
 use crate::entropy::huffman::Codebook;
 use crate::entropy::{zstd_compress, zstd_decompress};
 use crate::error::{corrupt, CodecError, Result};
-use crate::grid::{chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
+use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
 use crate::predictor::{self, Predictor};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
@@ -47,11 +47,57 @@ fn check_shape(shape: &[usize], len: usize) -> Result<()> {
     if shape.is_empty() || shape.len() > 4 {
         return Err(CodecError::InvalidInput(format!("arrays of 1 to 4 dimensions are supported, got {}", shape.len())));
     }
-    let n = shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n)).ok_or_else(|| CodecError::InvalidInput(format!("shape {shape:?} overflows")))?;
+    let n = checked_num_elements(shape).ok_or_else(|| CodecError::InvalidInput(format!("shape {shape:?} overflows")))?;
     if n != len {
         return Err(CodecError::InvalidInput(format!("shape {shape:?} has {n} elements but the data has {len}")));
     }
     Ok(())
+}
+
+/// Smallest and largest of the values `keep` accepts, block by block in parallel. Eight
+/// independent lanes per block: one running min/max would be a serial dependency chain, which
+/// the compiler may not reorder for floats.
+fn range_of<T: Element>(data: &[T], keep: impl Fn(f64) -> bool + Sync) -> (f64, f64) {
+    const LANES: usize = 8;
+    data.par_chunks(1 << 16)
+        .map(|block| {
+            let (mut lo, mut hi) = ([f64::INFINITY; LANES], [f64::NEG_INFINITY; LANES]);
+            let mut update = |j: usize, x: T| {
+                let v = x.to_f64();
+                if keep(v) {
+                    lo[j] = if v < lo[j] { v } else { lo[j] };
+                    hi[j] = if v > hi[j] { v } else { hi[j] };
+                }
+            };
+            let mut lanes = block.chunks_exact(LANES);
+            for c in &mut lanes {
+                for (j, &x) in c.iter().enumerate() {
+                    update(j, x);
+                }
+            }
+            for (j, &x) in lanes.remainder().iter().enumerate() {
+                update(j, x);
+            }
+            (lo.into_iter().fold(f64::INFINITY, f64::min), hi.into_iter().fold(f64::NEG_INFINITY, f64::max))
+        })
+        .reduce(|| (f64::INFINITY, f64::NEG_INFINITY), |a, b| (a.0.min(b.0), a.1.max(b.1)))
+}
+
+/// Smallest and largest finite value (lo > hi when there is none). The first sweep takes every
+/// value, a compare-and-select the compiler vectorises (NaN never wins a comparison); only when
+/// it ends on an infinity does a second sweep filter them out.
+fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
+    match range_of(data, |_| true) {
+        (lo, hi) if lo.is_finite() && hi.is_finite() => (lo, hi),
+        _ => range_of(data, f64::is_finite),
+    }
+}
+
+/// Whether zstd is worth running on a chunk: it rarely gains on dense Huffman output (rough
+/// fields at tight bounds), so a trial on the chunk's first bytes decides.
+fn worth_zstd(raw: &[u8]) -> bool {
+    const TRIAL: usize = 1 << 17;
+    raw.len() <= 2 * TRIAL || (zstd_compress(&raw[..TRIAL], 1).len() as f64) < 0.97 * TRIAL as f64
 }
 
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
@@ -66,16 +112,16 @@ fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound) -> Result<f64> {
     let eb = match bound {
         ErrorBound::Absolute(v) => v,
         ErrorBound::Relative(v) => {
-            let (lo, hi) = data
-                .par_iter()
-                .filter(|x| x.is_finite())
-                .map(|x| (x.to_f64(), x.to_f64()))
-                .reduce(|| (f64::INFINITY, f64::NEG_INFINITY), |a, b| (a.0.min(b.0), a.1.max(b.1)));
+            let (lo, hi) = finite_range(data);
             if lo > hi {
                 0.0
             } else {
-                // Split so a range wider than f64::MAX still gives a finite bound.
-                v * hi - v * lo
+                let range = hi - lo;
+                // A range wider than f64::MAX is split so the bound stays finite.
+                let eb = if range.is_finite() { v * range } else { v * hi - v * lo };
+                // Rounding may have nudged eb above v * (hi - lo) taken exactly; step back a few
+                // ulps so the promise holds against the exact product.
+                eb * (1.0 - 4.0 * f64::EPSILON)
             }
         }
     };
@@ -154,8 +200,11 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
         .par_iter()
         .map(|c| {
             let raw = chunk_bytes(c, &codebook)?;
-            let packed = zstd_compress(&raw, level);
-            let (lossless, bytes) = if packed.len() < raw.len() { (Lossless::Zstd, packed) } else { (Lossless::Stored, raw.clone()) };
+            let packed = if worth_zstd(&raw) { Some(zstd_compress(&raw, level)) } else { None };
+            let (lossless, bytes) = match packed {
+                Some(packed) if packed.len() < raw.len() => (Lossless::Zstd, packed),
+                _ => (Lossless::Stored, raw.clone()),
+            };
             Ok((ChunkEntry { predictor: p.kind(), lossless, stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
         })
         .collect::<Result<_>>()?;

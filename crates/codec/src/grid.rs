@@ -15,6 +15,14 @@ pub fn num_elements(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Element count, or `None` for a shape too large to address. Empty dimensions count as 1 in
+/// that test, so the answer does not depend on their position and no partial product of a
+/// valid shape can overflow.
+pub fn checked_num_elements(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n.max(1)))?;
+    Some(num_elements(shape))
+}
+
 /// Chunk edge lengths for chunks of at most `target` elements (a power of two): powers of two,
 /// near-cubic, clamped to the array.
 pub fn chunk_shape(shape: &[usize], target: usize) -> Vec<usize> {
@@ -23,7 +31,7 @@ pub fn chunk_shape(shape: &[usize], target: usize) -> Vec<usize> {
     let mut chunk: Vec<usize> = shape.iter().map(|&n| n.min(1 << edge_log2).max(1)).collect();
     // Give back the budget unused by short dimensions to the long ones, fastest dimension first.
     for dim in (0..shape.len()).rev() {
-        while num_elements(&chunk) * 2 <= target && chunk[dim] * 2 <= shape[dim].next_power_of_two() && chunk[dim] < shape[dim] {
+        while num_elements(&chunk) * 2 <= target && chunk[dim] * 2 <= shape[dim].checked_next_power_of_two().unwrap_or(usize::MAX) && chunk[dim] < shape[dim] {
             chunk[dim] = (chunk[dim] * 2).min(shape[dim]);
         }
     }

@@ -43,7 +43,7 @@ pub enum ErrorBound {
 pub enum Preset {
     /// Best compression ratio: the predictor is chosen by sampling.
     Ratio,
-    /// Throughput first: dual-quantization Lorenzo with a light entropy stage.
+    /// Throughput first: one fixed interpolation setup (no sampling) and a light lossless stage.
     Speed,
 }
 

@@ -1,16 +1,27 @@
 //! Linear-scaling quantization of prediction residuals with a bin radius.
 //!
-//! Symbol 0 means "unpredictable": the value is kept exactly in a side list. Symbol
+//! Symbol 0 means "unpredictable": the value is kept exactly in a side list (dual quantization
+//! gives it its own meaning, see `predictor::dual_quant`). Symbol
 //! `q + radius` means the value is rebuilt as `pred + q * 2 * eb`, rounded to the element
 //! type. The encoder computes that reconstruction with the decoder's own expression and keeps
 //! the value exactly when the rounded result misses the bound, so the bound holds after the
 //! float32 cast and whatever the magnitudes involved.
 
 use crate::element::Element;
-use crate::error::{corrupt, Result};
 
 /// Default bin radius: codes span [-32767, 32767] and fit a u16 symbol.
 pub const DEFAULT_RADIUS: u32 = 32768;
+
+/// Rounds half away from zero by truncation; NaN gives 0 and out-of-range values saturate,
+/// which callers then reject by range.
+#[inline(always)]
+pub fn round_to_int(t: f64) -> i64 {
+    if t >= 0.0 {
+        (t + 0.5) as i64
+    } else {
+        (t - 0.5) as i64
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct Quantizer {
@@ -51,9 +62,7 @@ impl Quantizer {
     #[inline(always)]
     pub fn quantize<T: Element>(&self, x: T, pred: f64, exact: &mut Vec<T>) -> (u16, T) {
         let xf = x.to_f64();
-        let t = (xf - pred) * self.inv_two_eb;
-        // Round half away from zero via truncation; NaN and overflow saturate and fail below.
-        let q = if t >= 0.0 { (t + 0.5) as i64 } else { (t - 0.5) as i64 };
+        let q = round_to_int((xf - pred) * self.inv_two_eb);
         // A range test, not `q.abs()`: a saturated i64::MIN has no absolute value.
         if -self.radius < q && q < self.radius {
             let r: T = self.rebuild(pred, q);
@@ -66,32 +75,10 @@ impl Quantizer {
         (0, x)
     }
 
-    /// Inverse of `quantize`, taking exact values in order from `exact`.
+    /// Inverse of `quantize` for a nonzero symbol.
     #[inline(always)]
-    pub fn recover<T: Element>(&self, sym: u16, pred: f64, exact: &mut ExactValues<T>) -> Result<T> {
-        if sym == 0 {
-            exact.next()
-        } else {
-            Ok(self.rebuild(pred, sym as i64 - self.radius))
-        }
-    }
-}
-
-/// Cursor over the exactly-stored values of a chunk.
-pub struct ExactValues<'a, T> {
-    values: &'a [T],
-    pos: usize,
-}
-
-impl<'a, T: Element> ExactValues<'a, T> {
-    pub fn new(values: &'a [T]) -> Self {
-        ExactValues { values, pos: 0 }
-    }
-    #[inline(always)]
-    pub fn next(&mut self) -> Result<T> {
-        let v = self.values.get(self.pos).copied().ok_or_else(|| corrupt!("more unpredictable values coded than stored"))?;
-        self.pos += 1;
-        Ok(v)
+    pub fn recover<T: Element>(&self, sym: u16, pred: f64) -> T {
+        self.rebuild(pred, sym as i64 - self.radius)
     }
 }
 

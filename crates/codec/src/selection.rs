@@ -14,15 +14,13 @@ use rayon::prelude::*;
 /// Elements per sample box, and how many elements to sample in all: a share of the array,
 /// within limits that keep the estimate steady on small arrays and cheap on large ones.
 const SAMPLE_BOX_ELEMENTS: usize = 1 << 18;
-const SAMPLE_FRACTION: f64 = 0.02;
-const MIN_SAMPLE_ELEMENTS: usize = 1 << 18;
+const SAMPLE_FRACTION: f64 = 0.01;
+const MIN_SAMPLE_ELEMENTS: usize = 1 << 17;
 const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
 
-/// Level-bound tunings tried once the spline and order are chosen (the first is the default).
-const LEVEL_BOUNDS: [LevelBounds; 3] = [LevelBounds { alpha: 1.5, beta: 2.0 }, LevelBounds::UNIFORM, LevelBounds { alpha: 2.0, beta: 4.0 }];
 
 fn interpolation(spline: Spline, order: DimOrder) -> Predictor {
-    Predictor::Interpolation { spline, order, bounds: LEVEL_BOUNDS[0] }
+    Predictor::Interpolation { spline, order, bounds: LevelBounds::all().next().expect("a default tuning") }
 }
 
 /// Cubic interpolation in each dimension order; the spline is settled afterwards.
@@ -35,11 +33,16 @@ fn candidates(config: &Config, ndim: usize, lossless: bool) -> Vec<Predictor> {
     let regression = Predictor::Regression { block: predictor::default_regression_block(ndim) };
     match (config.predictor, config.preset) {
         // Dual quantization divides by the bound; a lossless request takes the Lorenzo path.
-        (Some(PredictorKind::DualQuant), _) | (None, Preset::Speed) if lossless => vec![Predictor::Lorenzo],
-        (Some(PredictorKind::DualQuant), _) | (None, Preset::Speed) => vec![Predictor::DualQuant],
+        (Some(PredictorKind::DualQuant), _) if lossless => vec![Predictor::Lorenzo],
+        (Some(PredictorKind::DualQuant), _) => vec![Predictor::DualQuant],
         (Some(PredictorKind::Lorenzo), _) => vec![Predictor::Lorenzo],
         (Some(PredictorKind::Regression), _) => vec![regression],
-        (Some(PredictorKind::Interpolation), _) => interpolation_candidates(ndim),
+        // Speed: no sampling. Refining the contiguous dimension first leaves the other passes
+        // contiguous rows, the fastest walk.
+        (Some(PredictorKind::Interpolation) | None, Preset::Speed) => {
+            vec![interpolation(Spline::Cubic, if ndim > 1 { DimOrder::Backward } else { DimOrder::Forward })]
+        }
+        (Some(PredictorKind::Interpolation), Preset::Ratio) => interpolation_candidates(ndim),
         (None, Preset::Ratio) => {
             let mut c = interpolation_candidates(ndim);
             c.push(regression);
@@ -143,7 +146,7 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
                 Predictor::Interpolation { spline, .. } => spline,
                 _ => Spline::Cubic,
             };
-            let tunings: Vec<Predictor> = LEVEL_BOUNDS.iter().map(|&bounds| Predictor::Interpolation { spline, order, bounds }).collect();
+            let tunings: Vec<Predictor> = LevelBounds::all().map(|bounds| Predictor::Interpolation { spline, order, bounds }).collect();
             trials.cheapest(&tunings)
         }
         other => other,

@@ -15,7 +15,7 @@
 use crate::bytes::ByteReader;
 use crate::element::DType;
 use crate::error::{corrupt, Result};
-use crate::grid::num_elements;
+use crate::grid::{checked_num_elements, num_elements};
 use crate::predictor::PredictorKind;
 use crate::{ErrorBound, Preset};
 
@@ -125,7 +125,7 @@ impl Header {
             dims.push(usize::try_from(n).map_err(|_| corrupt!("dimension {n} too large"))?);
         }
         let (shape, chunk_shape) = (dims[..ndim].to_vec(), dims[ndim..].to_vec());
-        shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| corrupt!("shape {shape:?} is too large"))?;
+        checked_num_elements(&shape).filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| corrupt!("shape {shape:?} is too large"))?;
         if chunk_shape.iter().zip(&shape).any(|(&c, &n)| c == 0 || (n > 0 && c > n)) {
             return Err(corrupt!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"));
         }

@@ -4,7 +4,8 @@
 //! with `InvalidInput` rather than a panic.
 //!
 //! Arrays are described by a pattern and a seed and built on the fly, so a failing case shrinks
-//! to a short, readable reproducer instead of a 20 000-element literal.
+//! to a short, readable reproducer instead of a 20 000-element literal. `PROPTEST_CASES` sets
+//! the cases per property (default 256).
 
 use amrzip_codec::{compress, decompress, info, CodecError, Config, Element, ErrorBound, PredictorKind, Preset};
 use proptest::prelude::*;
@@ -34,7 +35,7 @@ impl Float for f32 {
     type Other = f64;
     const MAX: f64 = f32::MAX as f64;
     const MIN_NORMAL: f64 = f32::MIN_POSITIVE as f64;
-    const MIN_SUBNORMAL: f64 = 1.401_298_464_324_817e-45;
+    const MIN_SUBNORMAL: f64 = f32::from_bits(1) as f64;
     fn from_raw(r: u64) -> f32 {
         f32::from_bits(r as u32)
     }
@@ -51,7 +52,7 @@ impl Float for f64 {
     type Other = f32;
     const MAX: f64 = f64::MAX;
     const MIN_NORMAL: f64 = f64::MIN_POSITIVE;
-    const MIN_SUBNORMAL: f64 = 4.940_656_458_412_465_4e-324;
+    const MIN_SUBNORMAL: f64 = f64::from_bits(1);
     fn from_raw(r: u64) -> f64 {
         f64::from_bits(r)
     }
@@ -134,9 +135,11 @@ enum Pattern {
     Smooth { offset: Scalar, amplitude: Scalar, spike: Scalar, spike_every: usize },
     /// Magnitudes near the type's maximum next to subnormals and ordinary values.
     HugeAndTiny,
-    /// Zeros and ±2^e: with a power-of-two bound, residuals land exactly on bin edges and on
-    /// the integer limits of the bin index.
+    /// Mostly zeros, and ±2^e: with a power-of-two bound, residuals land exactly on bin edges.
     PowersOfTwo,
+    /// `10^offset_log10 + U[0, 1)`: a range far below the magnitudes, where computing a relative
+    /// bound in floating point can round it up.
+    OffsetNoise { offset_log10: i32 },
     AllNan,
     /// NaN except about one element in `finite_every`, which follows a smooth field.
     MostlyNan { finite_every: usize },
@@ -186,8 +189,9 @@ fn build<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64) -> Vec<T> {
                 2 => clamp(rng.sign() * 1e-30 * rng.unit()),
                 _ => clamp(smooth(i, &mut rng)),
             },
+            Pattern::OffsetNoise { offset_log10 } => clamp(10f64.powi(*offset_log10) + rng.unit()),
             Pattern::PowersOfTwo => {
-                if rng.next() % 2 == 0 {
+                if rng.next() % 4 != 0 {
                     T::from_f64(0.0)
                 } else {
                     clamp(rng.sign() * 2f64.powi((rng.next() % 181) as i32 - 80))
@@ -287,7 +291,16 @@ fn check_round_trip<T: Float>(data: &[T], shape: &[usize], config: &Config) -> R
         } else {
             let err = (y.to_f64() - x.to_f64()).abs();
             prop_assert!(err <= meta.abs_bound, "element {}: {} decoded as {}, error {:e} > abs_bound {:e}", i, hex(x), hex(y), err, meta.abs_bound);
-            prop_assert!(err <= requested, "element {}: {} decoded as {}, error {:e} > requested bound {:e} (abs_bound {:e})", i, hex(x), hex(y), err, requested, meta.abs_bound);
+            prop_assert!(
+                err <= requested,
+                "element {}: {} decoded as {}, error {:e} > requested bound {:e} (abs_bound {:e})",
+                i,
+                hex(x),
+                hex(y),
+                err,
+                requested,
+                meta.abs_bound
+            );
         }
     }
     prop_assert!(matches!(decompress::<T::Other>(&stream, None), Err(CodecError::InvalidInput(_))), "decoding as the other element type must be refused");
@@ -317,6 +330,7 @@ fn patterns() -> impl Strategy<Value = Pattern> {
             .prop_map(|(offset, amplitude, spike, spike_every)| Pattern::Smooth { offset, amplitude, spike, spike_every }),
         1 => Just(Pattern::HugeAndTiny),
         1 => Just(Pattern::PowersOfTwo),
+        1 => (8i32..=17).prop_map(|offset_log10| Pattern::OffsetNoise { offset_log10 }),
         1 => Just(Pattern::AllNan),
         1 => (2usize..=50).prop_map(|finite_every| Pattern::MostlyNan { finite_every }),
     ]
@@ -352,9 +366,53 @@ fn proptest_config() -> ProptestConfig {
     ProptestConfig { failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))), ..ProptestConfig::default() }
 }
 
-fn bounded<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64, request: BoundRequest, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
+fn bounded<T: Float>(
+    pattern: &Pattern,
+    shape: &[usize],
+    seed: u64,
+    request: BoundRequest,
+    preset: Preset,
+    predictor: Option<PredictorKind>,
+) -> Result<(), TestCaseError> {
     let data = build::<T>(pattern, shape, seed);
     check_round_trip(&data, shape, &config(error_bound(&data, request), preset, predictor))
+}
+
+/// Mostly zeros, and values whose residual against a zero prediction is a bin index at an
+/// integer limit (the bin radius, 2^53, 2^63), on a bin centre or on a bin edge.
+fn bin_limits<T: Float>(shape: &[usize], exp: i32, seed: u64, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
+    const BINS: [f64; 10] = [
+        9_223_372_036_854_775_808.0,
+        9_223_372_036_854_774_784.0,
+        4_611_686_018_427_387_904.0,
+        9_007_199_254_740_994.0,
+        9_007_199_254_740_992.0,
+        32_769.0,
+        32_768.0,
+        32_767.0,
+        1.0,
+        0.0,
+    ];
+    let eb = 2f64.powi(exp);
+    let mut rng = Rng(seed);
+    let data: Vec<T> = (0..shape.iter().product::<usize>())
+        .map(|_| {
+            if rng.next() % 4 != 0 {
+                return T::from_f64(0.0);
+            }
+            let bin = BINS[(rng.next() % BINS.len() as u64) as usize];
+            let edge = [0.0, eb, -eb, 0.5 * eb][(rng.next() % 4) as usize];
+            T::from_f64((rng.sign() * bin * 2.0 * eb + edge).clamp(-T::MAX, T::MAX))
+        })
+        .collect();
+    check_round_trip(&data, shape, &config(ErrorBound::Absolute(eb), preset, predictor))
+}
+
+/// A range far below the magnitudes, with bounds up to the whole range: the relative bound
+/// must be resolved against `max - min` without rounding it up.
+fn offset_range(shape: &[usize], offset_log10: i32, rel_log10: f64, seed: u64, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
+    let data = build::<f64>(&Pattern::OffsetNoise { offset_log10 }, shape, seed);
+    check_round_trip(&data, shape, &config(ErrorBound::Relative(10f64.powf(rel_log10)), preset, predictor))
 }
 
 fn lossless<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
@@ -376,7 +434,8 @@ fn empty<T: Float>(shape: &[usize], bound: ErrorBound, preset: Preset, predictor
 /// of the other dimensions stays representable: such a shape is a plain empty array.
 fn empty_shapes() -> impl Strategy<Value = Vec<usize>> {
     let huge = prop_oneof![Just(usize::MAX), Just(1usize << 40), any::<usize>()];
-    (prop::collection::vec(0usize..=24, 1..=4), any::<prop::sample::Index>(), any::<prop::sample::Index>(), prop::option::of(huge)).prop_map(|(mut shape, zero, at, huge)| {
+    let indices = (any::<prop::sample::Index>(), any::<prop::sample::Index>());
+    (prop::collection::vec(0usize..=24, 1..=4), indices, prop::option::of(huge)).prop_map(|(mut shape, (zero, at), huge)| {
         let (zero, at) = (zero.index(shape.len()), at.index(shape.len()));
         shape[zero] = 0;
         if let (Some(h), true) = (huge, at != zero) {
@@ -395,7 +454,9 @@ fn mismatched_requests() -> impl Strategy<Value = (Vec<usize>, usize)> {
 
 fn shape_check<T: Float>(shape: &[usize], len: usize, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
     let data = vec![T::from_f64(0.5); len];
-    let valid = (1..=4).contains(&shape.len()) && shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n)) == Some(len);
+    // A shape is addressable when the product of its dimensions, empty ones counted as 1, fits.
+    let addressable = shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n.max(1))).is_some();
+    let valid = (1..=4).contains(&shape.len()) && addressable && shape.iter().product::<usize>() == len;
     let result = compress(&data, shape, &config(ErrorBound::Relative(1e-3), preset, predictor));
     if valid {
         prop_assert!(result.is_ok(), "{:?}", result.err());
@@ -421,13 +482,34 @@ proptest! {
     #![proptest_config(proptest_config())]
 
     #[test]
-    fn f32_values_stay_within_the_bound(shape in shapes(), pattern in patterns(), seed in any::<u64>(), request in bound_requests(), preset in presets(), predictor in predictors()) {
+    fn f32_values_stay_within_the_bound(
+        shape in shapes(), pattern in patterns(), seed in any::<u64>(), request in bound_requests(), preset in presets(), predictor in predictors(),
+    ) {
         bounded::<f32>(&pattern, &shape, seed, request, preset, predictor)?;
     }
 
     #[test]
-    fn f64_values_stay_within_the_bound(shape in shapes(), pattern in patterns(), seed in any::<u64>(), request in bound_requests(), preset in presets(), predictor in predictors()) {
+    fn f64_values_stay_within_the_bound(
+        shape in shapes(), pattern in patterns(), seed in any::<u64>(), request in bound_requests(), preset in presets(), predictor in predictors(),
+    ) {
         bounded::<f64>(&pattern, &shape, seed, request, preset, predictor)?;
+    }
+
+    #[test]
+    fn f32_bin_index_limits(shape in shapes(), exp in -30i32..=10, seed in any::<u64>(), preset in presets(), predictor in predictors()) {
+        bin_limits::<f32>(&shape, exp, seed, preset, predictor)?;
+    }
+
+    #[test]
+    fn f64_bin_index_limits(shape in shapes(), exp in -30i32..=10, seed in any::<u64>(), preset in presets(), predictor in predictors()) {
+        bin_limits::<f64>(&shape, exp, seed, preset, predictor)?;
+    }
+
+    #[test]
+    fn f64_relative_bound_on_a_narrow_range(
+        shape in shapes(), offset_log10 in 8i32..=17, rel_log10 in -3.0f64..=0.0, seed in any::<u64>(), preset in presets(), predictor in predictors(),
+    ) {
+        offset_range(&shape, offset_log10, rel_log10, seed, preset, predictor)?;
     }
 
     #[test]
@@ -460,7 +542,9 @@ proptest! {
     }
 
     #[test]
-    fn bounds_must_be_finite_and_non_negative(value in any::<f64>(), relative in any::<bool>(), double in any::<bool>(), shape in prop::collection::vec(1usize..=6, 1..=4), seed in any::<u64>()) {
+    fn bounds_must_be_finite_and_non_negative(
+        value in any::<f64>(), relative in any::<bool>(), double in any::<bool>(), shape in prop::collection::vec(1usize..=6, 1..=4), seed in any::<u64>(),
+    ) {
         if double {
             bound_check::<f64>(value, relative, &shape, seed)?;
         } else {
@@ -516,11 +600,13 @@ fn multi_chunk_arrays_are_deterministic_and_bounded() {
     for i in (0..data.len()).step_by(9973) {
         data[i] = f32::NAN;
     }
-    for (preset, predictor) in [(Preset::Speed, None), (Preset::Ratio, Some(PredictorKind::Lorenzo)), (Preset::Ratio, Some(PredictorKind::Regression)), (Preset::Ratio, None)] {
+    let configs = [(Preset::Speed, None), (Preset::Ratio, Some(PredictorKind::Lorenzo)), (Preset::Ratio, Some(PredictorKind::Regression)), (Preset::Ratio, None)];
+    for (preset, predictor) in configs {
         let config = config(ErrorBound::Relative(1e-4), preset, predictor);
         let meta = info(&compress(&data, &shape, &config).unwrap()).unwrap();
         let interpolation = meta.predictors.iter().any(|&(k, _)| k == PredictorKind::Interpolation);
-        assert!(interpolation || meta.chunk_shape.iter().product::<usize>() < data.len(), "{preset:?} {predictor:?}: expected several chunks, got chunk shape {:?}", meta.chunk_shape);
+        let several = meta.chunk_shape.iter().product::<usize>() < data.len();
+        assert!(interpolation || several, "{preset:?} {predictor:?}: expected several chunks, got chunk shape {:?}", meta.chunk_shape);
         if let Err(e) = check_round_trip(&data, &shape, &config) {
             panic!("{preset:?} {predictor:?}: {e}");
         }

@@ -8,6 +8,7 @@
 //! behind the lossless stage, so the Huffman, zstd and predictor parsers see hostile bytes.
 //!
 //! `AMRZIP_FUZZ_CASES` sets the cases per property (default [`DEFAULT_CASES`]), for longer runs.
+//! A debug build (`cargo test` without `--release`) also turns integer overflows into failures.
 
 use amrzip_codec::{compress, decompress, info, CodecError, Config, DType, Element, ErrorBound, PredictorKind, Preset, StreamInfo};
 use proptest::prelude::*;
@@ -19,7 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-const DEFAULT_CASES: u32 = 1000;
+/// Cases per property: the whole file takes about 20 s in a release build on two cores.
+const DEFAULT_CASES: u32 = 3000;
 
 /// Longest a decode of one input may take. Every corpus stream decodes in milliseconds; the
 /// slack is for slow CI machines, a real hang never ends.
@@ -187,7 +189,9 @@ fn check(input: &[u8]) -> Result<Outcome, TestCaseError> {
                 prop_assert_eq!(Some(*len), shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n)));
             }
             (Ok(_), Err(e)) => return Err(TestCaseError::fail(format!("decoded as {dtype:?} but info failed ({e}) on input {}", hex(&input)))),
-            (Err(CodecError::InvalidInput(m)), Ok(meta)) => prop_assert!(meta.dtype != dtype, "{:?}: InvalidInput ({}) on a {:?} stream: {}", dtype, m, meta.dtype, hex(&input)),
+            (Err(CodecError::InvalidInput(m)), Ok(meta)) => {
+                prop_assert!(meta.dtype != dtype, "{:?}: InvalidInput ({}) on a {:?} stream: {}", dtype, m, meta.dtype, hex(&input))
+            }
             (Err(CodecError::Corrupt(_)), _) => {}
             (Err(e), Err(_)) => return Err(TestCaseError::fail(format!("{dtype:?}: {e:?} on an unreadable stream: {}", hex(&input)))),
         }
@@ -516,7 +520,9 @@ fn corpus() -> &'static [Sample] {
         ];
         let mut samples: Vec<Sample> = cases
             .iter()
-            .flat_map(|&(shape, kind, bound, preset, predictor)| [encode::<f32>(shape, kind, bound, preset, predictor), encode::<f64>(shape, kind, bound, preset, predictor)])
+            .flat_map(|&(shape, kind, bound, preset, predictor)| {
+                [encode::<f32>(shape, kind, bound, preset, predictor), encode::<f64>(shape, kind, bound, preset, predictor)]
+            })
             .collect();
         // Two chunks and several Huffman segments, yet a stream of a few hundred bytes.
         samples.push(encode::<f32>(&[2049, 1024], "flat", ErrorBound::Absolute(1e-2), Preset::Speed, None));

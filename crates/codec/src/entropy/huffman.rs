@@ -322,8 +322,16 @@ impl Codebook {
             }
             i += 1;
         }
-        if r.consumed() > bits.len() as u64 * 8 {
+        let used = r.consumed();
+        if used > bits.len() as u64 * 8 {
             return Err(corrupt!("Huffman bitstream truncated"));
+        }
+        // One encoding per symbol sequence: no trailing bytes, zero padding.
+        if used.div_ceil(8) != bits.len() as u64 {
+            return Err(corrupt!("{} bytes after the Huffman bitstream", bits.len() as u64 - used.div_ceil(8)));
+        }
+        if used % 8 != 0 && bits[bits.len() - 1] >> (used % 8) != 0 {
+            return Err(corrupt!("nonzero padding after the Huffman bitstream"));
         }
         Ok(())
     }

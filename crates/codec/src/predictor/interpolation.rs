@@ -7,8 +7,8 @@
 //! finer prediction, so precision there pays back downstream. Level `l` (1 = finest) uses
 //! `eb / min(alpha^(l-1), beta)`.
 //!
-//! Side information: the spline (u8: 0 linear, 1 cubic, 2 natural cubic), the dimension order (u8), then alpha
-//! and beta (f64 each).
+//! Side information: the spline (u8: 0 linear, 1 cubic, 2 natural cubic), the dimension order
+//! (u8), then the level-bound tuning (u8, an index into `TUNINGS`).
 
 use super::{Coded, DecodeVisitor, EncodeVisitor, Visit};
 use crate::bytes::ByteReader;
@@ -46,38 +46,85 @@ impl DimOrder {
     }
 }
 
-#[inline(always)]
-fn cubic(a: f64, b: f64, c: f64, d: f64) -> f64 {
-    (-a + 9.0 * b + 9.0 * c - d) * (1.0 / 16.0)
+/// Weights of the four-point splines at offsets -3s, -s, s, 3s.
+const CUBIC: [f64; 4] = [-1.0 / 16.0, 9.0 / 16.0, 9.0 / 16.0, -1.0 / 16.0];
+const NATURAL: [f64; 4] = [-3.0 / 40.0, 23.0 / 40.0, 23.0 / 40.0, -3.0 / 40.0];
+/// Quadratic through offsets -s, s, 3s (the first point of a line).
+const QUAD_FIRST: [f64; 3] = [3.0 / 8.0, 6.0 / 8.0, -1.0 / 8.0];
+
+/// Lagrange weights at 0 of the polynomial through `offsets`. Only the last interval of a line,
+/// which may be shorter than the stride, needs this; elsewhere the fixed weights above apply.
+fn lagrange(offsets: &[f64], weights: &mut [f64]) {
+    for (j, &oj) in offsets.iter().enumerate() {
+        weights[j] = offsets.iter().enumerate().filter(|&(i, _)| i != j).map(|(_, &oi)| -oi / (oj - oi)).product();
+    }
 }
 
-#[inline(always)]
-fn natural(a: f64, b: f64, c: f64, d: f64) -> f64 {
-    (-3.0 * a + 23.0 * b + 23.0 * c - 3.0 * d) * (1.0 / 40.0)
+/// Prediction stencil of the point at `x` on a line whose last index is `m`, refined at stride
+/// `s` (`s == 0`: the corner round, copying index 0): offsets along the line and weights.
+/// Unused slots repeat the first offset with weight 0, so callers can always sum four terms.
+#[derive(Clone, Copy)]
+struct Stencil {
+    offsets: [isize; 4],
+    weights: [f64; 4],
 }
 
-/// Quadratic through points at -1, 1, 3, evaluated at 0.
-#[inline(always)]
-fn quad_right(b: f64, c: f64, d: f64) -> f64 {
-    (3.0 * b + 6.0 * c - d) * (1.0 / 8.0)
-}
-
-/// Lagrange polynomial through the known points at `offsets` from the predicted point,
-/// evaluated at it. Only the last interval of a line, which may be shorter than the stride,
-/// needs this; everywhere else the offsets are regular and the fixed formulas above apply.
-#[inline(never)]
-fn lagrange(offsets: &[f64], values: &[f64]) -> f64 {
-    let mut pred = 0.0;
-    for (j, (&oj, &vj)) in offsets.iter().zip(values).enumerate() {
-        let mut w = 1.0;
-        for (i, &oi) in offsets.iter().enumerate() {
-            if i != j {
-                w *= -oi / (oj - oi);
+impl Stencil {
+    fn new(x: usize, s: usize, m: usize, spline: Spline) -> Stencil {
+        let (si, xi, mi) = (s as isize, x as isize, m as isize);
+        let fixed = |offsets: &[isize], weights: &[f64]| {
+            let mut st = Stencil { offsets: [offsets[0]; 4], weights: [0.0; 4] };
+            st.offsets[..offsets.len()].copy_from_slice(offsets);
+            st.weights[..weights.len()].copy_from_slice(weights);
+            st
+        };
+        if s == 0 {
+            return fixed(&[-mi], &[1.0]);
+        }
+        let four = match spline {
+            Spline::Linear => None,
+            Spline::Cubic => Some(CUBIC),
+            Spline::Natural => Some(NATURAL),
+        };
+        match four {
+            None if x + s <= m => fixed(&[-si, si], &[0.5, 0.5]),
+            Some(w) if x >= 3 * s && x + 3 * s <= m => fixed(&[-3 * si, -si, si, 3 * si], &w),
+            Some(_) if x < 3 * s && x + 3 * s <= m => fixed(&[-si, si, 3 * si], &QUAD_FIRST),
+            _ => {
+                // Near the last index: the known points within reach, the last one possibly nearer.
+                let mut offsets = Vec::with_capacity(4);
+                if four.is_some() && x >= 3 * s {
+                    offsets.push(-3 * si);
+                }
+                offsets.push(-si);
+                offsets.push(si.min(mi - xi));
+                if four.is_some() && x + s < m {
+                    offsets.push((3 * si).min(mi - xi));
+                }
+                let of: Vec<f64> = offsets.iter().map(|&o| o as f64).collect();
+                let mut w = [0.0; 4];
+                lagrange(&of, &mut w[..of.len()]);
+                fixed(&offsets, &w[..of.len()])
             }
         }
-        pred += w * vj;
     }
-    pred
+
+    /// Scales the offsets from line positions to buffer indices.
+    fn scaled(mut self, stride: usize) -> Stencil {
+        for o in self.offsets.iter_mut() {
+            *o *= stride as isize;
+        }
+        self
+    }
+
+    #[inline(always)]
+    fn predict<T: Element>(&self, buf: &SharedBuf<T>, i: usize) -> f64 {
+        let mut p = 0.0;
+        for j in 0..4 {
+            p += self.weights[j] * buf.get(i.wrapping_add_signed(self.offsets[j])).to_f64();
+        }
+        p
+    }
 }
 
 /// The chunk being rebuilt, written by several threads at once during a pass.
@@ -110,103 +157,89 @@ impl<T: Copy> SharedBuf<T> {
     }
 }
 
-/// Predicts and visits the points at odd multiples of `s` below the last index `n - 1` of one
-/// line; the last index itself is known from the first pass on, so no point is extrapolated.
+/// Visits the points of a pass along the contiguous dimension: one line, positions `xs`.
 #[inline(always)]
-fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, stride: usize, n: usize, s: usize, spline: Spline, v: &mut V) {
-    let at = |x: usize| base + x * stride;
-    let get = |buf: &SharedBuf<T>, x: usize| buf.get(at(x)).to_f64();
-    let mut visit = |buf: &SharedBuf<T>, x: usize, pred: f64| {
-        let i = at(x);
-        buf.set(i, v.visit(buf.get(i), pred));
-    };
-    let m = n - 1;
-    let mut x = s;
-    match spline {
-        Spline::Linear => {
-            while x + s <= m {
-                let pred = 0.5 * (get(buf, x - s) + get(buf, x + s));
-                visit(buf, x, pred);
-                x += 2 * s;
+fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], s: usize, n: usize, spline: Spline, v: &mut V) {
+    let mut regular: Option<(usize, Stencil)> = None;
+    for &x in xs {
+        // Interior points share one stencil; only the ends need their own.
+        let st = match regular {
+            Some((from, st)) if x >= from && x + 3 * s < n => st,
+            _ => {
+                let st = Stencil::new(x, s, n - 1, spline);
+                if s > 0 && x >= 3 * s && x + 3 * s < n {
+                    regular = Some((x, st));
+                }
+                st
             }
-        }
-        Spline::Cubic | Spline::Natural => {
-            let four_point = if spline == Spline::Cubic { cubic } else { natural };
-            if x + 3 * s <= m {
-                let pred = quad_right(get(buf, x - s), get(buf, x + s), get(buf, x + 3 * s));
-                visit(buf, x, pred);
-                x += 2 * s;
-            }
-            while x + 3 * s <= m {
-                let pred = four_point(get(buf, x - 3 * s), get(buf, x - s), get(buf, x + s), get(buf, x + 3 * s));
-                visit(buf, x, pred);
-                x += 2 * s;
-            }
-        }
-    }
-    // The line's end: neighbours up to the last index, which may be nearer than the stride.
-    while x < m {
-        let mut offsets = [0f64; 4];
-        let mut values = [0f64; 4];
-        let mut k = 0;
-        let mut take = |o: isize, buf: &SharedBuf<T>| {
-            offsets[k] = o as f64;
-            values[k] = get(buf, (x as isize + o) as usize);
-            k += 1;
         };
-        let cubic_like = spline != Spline::Linear;
-        if cubic_like && x >= 3 * s {
-            take(-3 * s as isize, buf);
-        }
-        take(-(s as isize), buf);
-        take(s.min(m - x) as isize, buf);
-        if cubic_like && x + s < m {
-            take((3 * s).min(m - x) as isize, buf);
-        }
-        let pred = lagrange(&offsets[..k], &values[..k]);
-        visit(buf, x, pred);
-        x += 2 * s;
+        let i = base + x;
+        buf.set(i, v.visit(buf.get(i), st.predict(buf, i)));
     }
 }
 
-/// The first passes: the last index of each dimension, predicted from index 0.
+/// Visits one row of a pass along another dimension: every point of the row shares the
+/// position `x` along the refined dimension, hence one stencil, applied across the row.
 #[inline(always)]
-fn corner_line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, stride: usize, n: usize, v: &mut V) {
-    let last = base + (n - 1) * stride;
-    buf.set(last, v.visit(buf.get(last), buf.get(base).to_f64()));
+fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], st: &Stencil, v: &mut V) {
+    for &c in cs {
+        let i = base + c;
+        buf.set(i, v.visit(buf.get(i), st.predict(buf, i)));
+    }
 }
 
-/// Tuning of the level-wise bounds; `alpha = beta = 1` keeps one bound for all levels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LevelBounds {
-    pub alpha: f64,
-    pub beta: f64,
-}
+/// A tuning of the level-wise bounds, stored in streams as its index in `TUNINGS`. Level `l`
+/// (1 = finest) divides the bound by `min(alpha^(l-1), beta)`; a fixed table keeps every
+/// divisor an exact binary fraction, so any decoder computes the same bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LevelBounds(u8);
+
+/// (alpha, beta) per tuning.
+const TUNINGS: [(f64, f64); 3] = [(1.5, 2.0), (1.0, 1.0), (2.0, 4.0)];
 
 impl LevelBounds {
-    pub const UNIFORM: LevelBounds = LevelBounds { alpha: 1.0, beta: 1.0 };
+    /// Every tuning, the usual winner first.
+    pub fn all() -> impl Iterator<Item = LevelBounds> {
+        (0..TUNINGS.len() as u8).map(LevelBounds)
+    }
+
+    fn from_index(i: u8) -> Result<LevelBounds> {
+        if (i as usize) < TUNINGS.len() {
+            Ok(LevelBounds(i))
+        } else {
+            Err(corrupt!("unknown interpolation level tuning {i}"))
+        }
+    }
 
     fn quantizer(&self, q: &Quantizer, level: u32) -> Quantizer {
-        q.with_eb(q.eb() / self.alpha.powi(level as i32 - 1).min(self.beta))
+        let (alpha, beta) = TUNINGS[self.0 as usize];
+        let divisor = (1..level).fold(1.0f64, |d, _| (d * alpha).min(beta));
+        q.with_eb(q.eb() / divisor)
     }
 }
 
-/// One refinement pass: the lines along dimension `k` whose odd multiples of `s` it predicts
-/// (`s == 0`: the corner pass, which predicts each line's last index from its first).
+/// One refinement pass: the points at odd multiples of `s` along dimension `k` (`s == 0`: the
+/// corner round, each line's last index). Its points are the product of `coords` in C order,
+/// visited as rows along the last (contiguous) dimension.
 struct Pass {
     level: u32,
     k: usize,
     s: usize,
-    bases: Vec<usize>,
-    per_line: usize,
+    coords: Vec<Vec<usize>>,
+    /// Per row: buffer offset of its coordinate 0 in the last dimension, and its position
+    /// along `k` (rows across the refined dimension share one stencil).
+    rows: Vec<(usize, usize)>,
 }
 
-/// Lines handed to one task: enough points that scheduling costs nothing next to the work.
+/// Points handed to one task: enough that scheduling costs nothing next to the work.
 const GROUP_POINTS: usize = 1 << 15;
 
 impl Pass {
-    fn group_lines(&self) -> usize {
-        (GROUP_POINTS / self.per_line.max(1)).max(1)
+    fn row_len(&self) -> usize {
+        self.coords[self.coords.len() - 1].len()
+    }
+    fn group_rows(&self) -> usize {
+        (GROUP_POINTS / self.row_len().max(1)).max(1)
     }
 }
 
@@ -252,7 +285,8 @@ fn passes(shape: &[usize], order: DimOrder) -> impl Iterator<Item = Pass> + '_ {
                 .map(|d| {
                     let earlier = dims.iter().position(|&e| e == d).unwrap() < m;
                     match (d == k, s, earlier) {
-                        (true, _, _) => vec![0],
+                        (true, 0, _) => vec![last],
+                        (true, _, _) => (s..last).step_by(2 * s).collect(),
                         (false, 0, true) => lattice(shape[d], usize::MAX),
                         (false, 0, false) => vec![0],
                         (false, _, true) => lattice(shape[d], s),
@@ -260,61 +294,105 @@ fn passes(shape: &[usize], order: DimOrder) -> impl Iterator<Item = Pass> + '_ {
                     }
                 })
                 .collect();
-            let counts: Vec<usize> = coords.iter().map(Vec::len).collect();
-            let mut bases = Vec::with_capacity(counts.iter().product());
-            for_each_index(&counts, |pos| bases.push((0..nd).map(|d| coords[d][pos[d]] * st[d]).sum()));
-            let per_line = if s == 0 { 1 } else { (last - s).div_ceil(2 * s) };
-            Some(Pass { level, k, s, bases, per_line })
+            let outer: Vec<usize> = coords[..nd - 1].iter().map(Vec::len).collect();
+            let mut rows = Vec::with_capacity(outer.iter().product());
+            for_each_index(&outer, |pos| {
+                let base = (0..nd - 1).map(|d| coords[d][pos[d]] * st[d]).sum();
+                rows.push((base, if k < nd - 1 { coords[k][pos[k]] } else { 0 }));
+            });
+            Some(Pass { level, k, s, coords, rows })
         })
     })
 }
 
-fn first_quantizer(shape: &[usize], bounds: LevelBounds, q: &Quantizer) -> Quantizer {
-    bounds.quantizer(q, levels(shape) + 1)
-}
-
-/// Visits one group of lines of a pass.
+/// Visits one group of rows of a pass.
 #[inline(always)]
-fn visit_lines<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, pass: &Pass, lines: &[usize], shape: &[usize], st: &[usize], spline: Spline, v: &mut V) {
-    let (stride, n) = (st[pass.k], shape[pass.k]);
-    for &base in lines {
-        if pass.s == 0 {
-            corner_line(buf, base, stride, n, v);
+fn visit_rows<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, pass: &Pass, rows: &[(usize, usize)], shape: &[usize], st: &[usize], spline: Spline, v: &mut V) {
+    let nd = shape.len();
+    let cs = &pass.coords[nd - 1];
+    for &(base, x) in rows {
+        if pass.k == nd - 1 {
+            line(buf, base, cs, pass.s, shape[nd - 1], spline, v);
         } else {
-            line(buf, base, stride, n, pass.s, spline, v);
+            let stencil = Stencil::new(x, pass.s, shape[pass.k] - 1, spline).scaled(st[pass.k]);
+            row(buf, base, cs, &stencil, v);
         }
     }
 }
 
-/// Encodes the chunk; the passes' lines are spread over the thread pool in fixed groups, and
-/// the groups' outputs concatenated in order, so the stream does not depend on the threads.
+/// Encodes the chunk. Each pass's rows are spread over the thread pool in fixed groups, each
+/// quantizing straight into its part of the symbol array; the exact values are concatenated in
+/// group order, so the stream does not depend on the number of threads.
+fn encode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order: DimOrder, q: &Quantizer, bounds: LevelBounds) -> (Vec<u16>, Vec<T>) {
+    let st = strides(shape);
+    let mut symbols = vec![0u16; buf.len()];
+    let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
+    buf[0] = v.visit(buf[0], 0.0);
+    let mut exact = v.exact;
+    let buf = SharedBuf::new(buf);
+    let mut pos = 1;
+    for pass in passes(shape, order) {
+        let count = pass.rows.len() * pass.row_len();
+        let lq = bounds.quantizer(q, pass.level);
+        let groups: Vec<Vec<T>> = pass
+            .rows
+            .par_chunks(pass.group_rows())
+            .zip(symbols[pos..pos + count].par_chunks_mut(pass.group_rows() * pass.row_len()))
+            .map(|(rows, syms)| {
+                let mut v = EncodeVisitor::new(&lq, syms);
+                visit_rows(&buf, &pass, rows, shape, &st, spline, &mut v);
+                v.exact
+            })
+            .collect();
+        exact.extend(groups.into_iter().flatten());
+        pos += count;
+    }
+    (symbols, exact)
+}
+
+/// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
+/// the unpredictable symbols before it.
+fn decode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order: DimOrder, q: &Quantizer, bounds: LevelBounds, symbols: &[u16], exact: &[T]) -> Result<()> {
+    let n = buf.len();
+    if symbols.len() != n || symbols.iter().filter(|&&s| s == 0).count() != exact.len() {
+        return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
+    }
+    let st = strides(shape);
+    let first = (symbols[0] == 0) as usize;
+    let mut v = DecodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &symbols[..1], &exact[..first])?;
+    buf[0] = v.visit(buf[0], 0.0);
+    let (mut sym_pos, mut exact_pos) = (1, first);
+    let buf = SharedBuf::new(buf);
+    for pass in passes(shape, order) {
+        let lq = bounds.quantizer(q, pass.level);
+        let group_points = pass.group_rows() * pass.row_len();
+        let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
+        let mut starts: Vec<usize> = pass_symbols.par_chunks(group_points).map(|g| g.iter().filter(|&&s| s == 0).count()).collect();
+        let mut acc = exact_pos;
+        for c in starts.iter_mut() {
+            (*c, acc) = (acc, acc + *c);
+        }
+        pass.rows
+            .par_chunks(pass.group_rows())
+            .zip(pass_symbols.par_chunks(group_points))
+            .enumerate()
+            .try_for_each(|(g, (rows, syms))| {
+                let zeros = syms.iter().filter(|&&s| s == 0).count();
+                let mut v = DecodeVisitor::new(&lq, syms, &exact[starts[g]..starts[g] + zeros])?;
+                visit_rows(&buf, &pass, rows, shape, &st, spline, &mut v);
+                Ok::<(), crate::error::CodecError>(())
+            })?;
+        sym_pos += pass_symbols.len();
+        exact_pos = acc;
+    }
+    Ok(())
+}
+
 pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, spline: Spline, order: DimOrder, bounds: LevelBounds) -> Coded<T> {
     let mut work = vec![T::default(); data.len()];
     work.par_chunks_mut(GROUP_POINTS).zip(data.par_chunks(GROUP_POINTS)).for_each(|(w, d)| w.copy_from_slice(d));
-    let st = strides(shape);
-    let mut v = EncodeVisitor::new(&first_quantizer(shape, bounds, q), data.len());
-    work[0] = v.visit(work[0], 0.0);
-    let (mut symbols, mut exact) = (v.symbols, v.exact);
-    let buf = SharedBuf::new(&mut work);
-    for pass in passes(shape, order) {
-        let lq = bounds.quantizer(q, pass.level);
-        let groups: Vec<(Vec<u16>, Vec<T>)> = pass
-            .bases
-            .par_chunks(pass.group_lines())
-            .map(|lines| {
-                let mut v = EncodeVisitor::new(&lq, lines.len() * pass.per_line);
-                visit_lines(&buf, &pass, lines, shape, &st, spline, &mut v);
-                (v.symbols, v.exact)
-            })
-            .collect();
-        for (s, e) in groups {
-            symbols.extend_from_slice(&s);
-            exact.extend_from_slice(&e);
-        }
-    }
-    let mut side = vec![spline as u8, order as u8];
-    side.extend_from_slice(&bounds.alpha.to_le_bytes());
-    side.extend_from_slice(&bounds.beta.to_le_bytes());
+    let (symbols, exact) = encode_walk(&mut work, shape, spline, order, q, bounds);
+    let side = vec![spline as u8, order as u8, bounds.0];
     Coded { symbols, exact, side }
 }
 
@@ -331,45 +409,59 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact
         1 => DimOrder::Backward,
         o => return Err(corrupt!("unknown interpolation dimension order {o}")),
     };
-    let bounds = LevelBounds { alpha: r.f64("interpolation alpha")?, beta: r.f64("interpolation beta")? };
-    if !(bounds.alpha >= 1.0 && bounds.alpha <= 16.0 && bounds.beta >= 1.0 && bounds.beta <= 1024.0) {
-        return Err(corrupt!("interpolation level bounds alpha={} beta={} out of range", bounds.alpha, bounds.beta));
-    }
+    let bounds = LevelBounds::from_index(r.u8("interpolation level tuning")?)?;
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after interpolation parameters", r.remaining()));
     }
-    let n: usize = shape.iter().product();
-    if symbols.len() != n || symbols.iter().filter(|&&s| s == 0).count() != exact.len() {
-        return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
-    }
-    let st = strides(shape);
-    let mut work = vec![T::default(); n];
-    let mut v = DecodeVisitor::new(&first_quantizer(shape, bounds, q), &symbols[..1], &exact[..(symbols[0] == 0) as usize])?;
-    work[0] = v.visit(work[0], 0.0);
-    let (mut sym_pos, mut exact_pos) = (1, (symbols[0] == 0) as usize);
-    let buf = SharedBuf::new(&mut work);
-    for pass in passes(shape, order) {
-        let lq = bounds.quantizer(q, pass.level);
-        let group_points = pass.group_lines() * pass.per_line;
-        let pass_symbols = &symbols[sym_pos..sym_pos + pass.bases.len() * pass.per_line];
-        // Each group's first exact value: the unpredictable symbols before it.
-        let mut exact_starts: Vec<usize> = pass_symbols.par_chunks(group_points).map(|g| g.iter().filter(|&&s| s == 0).count()).collect();
-        let mut acc = exact_pos;
-        for c in exact_starts.iter_mut() {
-            (*c, acc) = (acc, acc + *c);
-        }
-        pass.bases
-            .par_chunks(pass.group_lines())
-            .zip(pass_symbols.par_chunks(group_points))
-            .enumerate()
-            .try_for_each(|(g, (lines, syms))| {
-                let unpredictable = syms.iter().filter(|&&s| s == 0).count();
-                let mut v = DecodeVisitor::new(&lq, syms, &exact[exact_starts[g]..exact_starts[g] + unpredictable])?;
-                visit_lines(&buf, &pass, lines, shape, &st, spline, &mut v);
-                Ok::<(), crate::error::CodecError>(())
-            })?;
-        sym_pos += pass_symbols.len();
-        exact_pos = acc;
-    }
+    let mut work = vec![T::default(); shape.iter().product()];
+    decode_walk(&mut work, shape, spline, order, q, bounds, symbols, exact)?;
     Ok(work)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_visit_every_point_but_the_first_exactly_once() {
+        for shape in [vec![1usize], vec![2], vec![3], vec![17], vec![256], vec![5, 1], vec![1, 7], vec![9, 6], vec![2, 2, 2], vec![33, 5, 17], vec![3, 4, 5, 6]] {
+            for order in [DimOrder::Forward, DimOrder::Backward] {
+                let st = strides(&shape);
+                let n: usize = shape.iter().product();
+                let mut seen = vec![0u32; n];
+                seen[0] += 1;
+                for pass in passes(&shape, order) {
+                    let last = shape.len() - 1;
+                    for &(base, x) in &pass.rows {
+                        for &c in &pass.coords[last] {
+                            let i = base + c;
+                            assert!(pass.k == last || (i / st[pass.k]) % shape[pass.k] == x);
+                            seen[i] += 1;
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|&c| c == 1), "{shape:?} {order:?}: {seen:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn stencils_reproduce_polynomials_they_are_exact_for() {
+        // Lagrange and the fixed weights must be exact on a quadratic (cubic: on a cubic).
+        let f = |t: f64| 0.5 * t * t - 3.0 * t + 2.0;
+        // (x, s, m): x an odd multiple of s below the last index m.
+        for (x, s, m) in [(1usize, 1usize, 4usize), (3, 1, 8), (7, 1, 8), (6, 2, 10), (12, 4, 13), (8, 8, 19), (24, 8, 30)] {
+            for spline in [Spline::Cubic, Spline::Natural, Spline::Linear] {
+                let st = Stencil::new(x, s, m, spline);
+                let p: f64 = (0..4).map(|j| st.weights[j] * f(x as f64 + st.offsets[j] as f64)).sum();
+                let points = st.weights.iter().filter(|&&w| w != 0.0).count();
+                let natural_interior = spline == Spline::Natural && x >= 3 * s && x + 3 * s <= m;
+                if points >= 3 && !natural_interior {
+                    assert!((p - f(x as f64)).abs() < 1e-9, "{x} {s} {m} {spline:?}: {p} vs {}", f(x as f64));
+                }
+                let total: f64 = st.weights.iter().sum();
+                assert!((total - 1.0).abs() < 1e-12, "weights of {x} {s} {m} {spline:?} sum to {total}");
+            }
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use super::{Coded, DecodeVisitor, EncodeVisitor, Visit};
 use crate::element::Element;
-use crate::error::Result;
+use crate::error::{corrupt, Result};
 use crate::grid::for_each_index;
 use crate::quantizer::Quantizer;
 
@@ -134,12 +134,17 @@ fn walk<T: Element, V: Visit<T>>(p: &mut Padded<T>, v: &mut V) {
 
 pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T> {
     let mut p = Padded::from_dense(data, shape);
-    let mut v = EncodeVisitor::new(q, data.len());
+    let mut symbols = vec![0u16; data.len()];
+    let mut v = EncodeVisitor::new(q, &mut symbols);
     walk(&mut p, &mut v);
-    Coded { symbols: v.symbols, exact: v.exact, side: Vec::new() }
+    let exact = v.exact;
+    Coded { symbols, exact, side: Vec::new() }
 }
 
-pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T]) -> Result<Vec<T>> {
+pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+    if !side.is_empty() {
+        return Err(corrupt!("Lorenzo chunks carry no side information, found {} bytes", side.len()));
+    }
     let mut p = Padded::zeros(shape);
     let mut v = DecodeVisitor::new(q, symbols, exact)?;
     walk(&mut p, &mut v);

@@ -10,7 +10,7 @@ mod regression;
 
 use crate::element::Element;
 use crate::error::{corrupt, Result};
-use crate::quantizer::{ExactValues, Quantizer};
+use crate::quantizer::Quantizer;
 
 pub use interpolation::{DimOrder, LevelBounds, Spline};
 pub use regression::default_block as default_regression_block;
@@ -80,23 +80,26 @@ pub trait Visit<T: Element> {
     fn visit(&mut self, x: T, pred: f64) -> T;
 }
 
-pub struct EncodeVisitor<T> {
-    pub q: Quantizer,
-    pub symbols: Vec<u16>,
+/// Quantizes each visited point into the next slot of `symbols`, keeping what it cannot code.
+pub struct EncodeVisitor<'a, T> {
+    q: Quantizer,
+    symbols: &'a mut [u16],
+    pos: usize,
     pub exact: Vec<T>,
 }
 
-impl<T: Element> EncodeVisitor<T> {
-    pub fn new(q: &Quantizer, n: usize) -> Self {
-        EncodeVisitor { q: *q, symbols: Vec::with_capacity(n), exact: Vec::new() }
+impl<'a, T: Element> EncodeVisitor<'a, T> {
+    pub fn new(q: &Quantizer, symbols: &'a mut [u16]) -> Self {
+        EncodeVisitor { q: *q, symbols, pos: 0, exact: Vec::new() }
     }
 }
 
-impl<T: Element> Visit<T> for EncodeVisitor<T> {
+impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
     #[inline(always)]
     fn visit(&mut self, x: T, pred: f64) -> T {
         let (s, r) = self.q.quantize(x, pred, &mut self.exact);
-        self.symbols.push(s);
+        self.symbols[self.pos] = s;
+        self.pos += 1;
         r
     }
 }
@@ -105,7 +108,8 @@ pub struct DecodeVisitor<'a, T> {
     q: Quantizer,
     symbols: &'a [u16],
     pos: usize,
-    exact: ExactValues<'a, T>,
+    exact: &'a [T],
+    next_exact: usize,
 }
 
 impl<'a, T: Element> DecodeVisitor<'a, T> {
@@ -116,7 +120,7 @@ impl<'a, T: Element> DecodeVisitor<'a, T> {
         if unpredictable != exact.len() {
             return Err(corrupt!("{unpredictable} unpredictable symbols but {} stored values", exact.len()));
         }
-        Ok(DecodeVisitor { q: *q, symbols, pos: 0, exact: ExactValues::new(exact) })
+        Ok(DecodeVisitor { q: *q, symbols, pos: 0, exact, next_exact: 0 })
     }
 }
 
@@ -125,8 +129,12 @@ impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
     fn visit(&mut self, _x: T, pred: f64) -> T {
         let s = self.symbols[self.pos];
         self.pos += 1;
-        // Cannot fail: `new` matched the counts of unpredictable symbols and stored values.
-        self.q.recover(s, pred, &mut self.exact).unwrap_or_default()
+        if s != 0 {
+            return self.q.recover(s, pred);
+        }
+        // In range: `new` matched the count of 0 symbols with the stored values.
+        self.next_exact += 1;
+        self.exact[self.next_exact - 1]
     }
 }
 
@@ -143,7 +151,7 @@ pub fn encode<T: Element>(p: &Predictor, data: &[T], shape: &[usize], q: &Quanti
 /// Rebuilds one chunk from its symbols, exact values and side information.
 pub fn decode<T: Element>(kind: PredictorKind, shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
     match kind {
-        PredictorKind::Lorenzo => lorenzo::decode(shape, q, symbols, exact),
+        PredictorKind::Lorenzo => lorenzo::decode(shape, q, symbols, exact, side),
         PredictorKind::Regression => regression::decode(shape, q, symbols, exact, side),
         PredictorKind::Interpolation => interpolation::decode(shape, q, symbols, exact, side),
         PredictorKind::DualQuant => dual_quant::decode(shape, q, symbols, exact, side),

@@ -165,7 +165,8 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, block: usi
     let mut coeff_bytes = Vec::new();
     let mut previous = vec![0i64; nd + 1];
     let mut p = Padded::from_dense(data, shape);
-    let mut v = EncodeVisitor::new(q, data.len());
+    let mut symbols = vec![0u16; data.len()];
+    let mut v = EncodeVisitor::new(q, &mut symbols);
     let mut rows = Vec::new();
     let stencil_strides = p.strides.clone();
     let noise = LORENZO_NOISE[nd - 1] * q.eb();
@@ -195,7 +196,8 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, block: usi
     let mut side = vec![block as u8];
     side.extend_from_slice(&selection);
     side.extend_from_slice(&coeff_bytes);
-    Coded { symbols: v.symbols, exact: v.exact, side }
+    let exact = v.exact;
+    Coded { symbols, exact, side }
 }
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
@@ -208,6 +210,9 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact
     let grids = Grids::new(q.eb(), nd, block);
     let n_blocks = blocks(shape, block).len();
     let selection = r.take(n_blocks.div_ceil(8), "regression block selection")?;
+    if n_blocks % 8 != 0 && selection[selection.len() - 1] >> (n_blocks % 8) != 0 {
+        return Err(corrupt!("regression selection has bits set past the last block"));
+    }
     let mut models = Vec::with_capacity(n_blocks);
     let mut previous = vec![0i64; nd + 1];
     for b in 0..n_blocks {

@@ -1,0 +1,403 @@
+"""Codec benchmark: amrzip against SZ3 (pysz), ZFP (zfpy) and zstd on synthetic and real AMR fields.
+
+Every error is measured here (max |x - x'| in float64), never taken from a library.  See benches/README.md.
+
+    .venv/bin/python benches/codec_bench.py                      # full run, markdown tables on stdout
+    .venv/bin/python benches/codec_bench.py --quick --repeat 1   # smoke run on cropped fields
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import datasets  # noqa: E402
+
+BOUNDS = [1e-2, 1e-3, 1e-4, 1e-5]
+
+# --- codecs ---------------------------------------------------------------------------------------------------
+# A codec is compress(arr, rel, abs_bound, threads) -> bytes-like and decompress(blob, shape, dtype, threads) -> array.
+# threads=1 is the single-thread number; threads=None means "all cores" and only amrzip honours it.
+
+
+@dataclass
+class Codec:
+    name: str
+    compress: Callable
+    decompress: Callable
+    multithread: bool = False  # also measure threads=None
+
+
+def _sz3_codec(algo_name: str, algo: int) -> Codec:
+    from pysz import sz, szAlgorithm, szConfig, szErrorBoundMode  # noqa: F401
+
+    def compress(arr, rel, abs_bound, threads):
+        conf = szConfig()
+        conf.errorBoundMode = szErrorBoundMode.REL  # SZ3's REL is relative to the value range, like ours
+        conf.relErrorBound = rel
+        conf.cmprAlgo = algo
+        conf.openmp = False  # single-thread numbers (also stored in the stream, so decompression is serial too)
+        blob, _ = sz.compress(arr, conf)
+        return blob
+
+    def decompress(blob, shape, dtype, threads):
+        out, _ = sz.decompress(blob, dtype, shape)
+        return out
+
+    return Codec(f"sz3-{algo_name}", compress, decompress)
+
+
+def _zfp_codec() -> Codec:
+    import zfpy
+
+    return Codec("zfp",
+                 lambda arr, rel, abs_bound, threads: zfpy.compress_numpy(arr, tolerance=abs_bound),
+                 lambda blob, shape, dtype, threads: zfpy.decompress_numpy(blob))
+
+
+def _zstd_codec() -> Codec:
+    import zstandard
+
+    cctx, dctx = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+    return Codec("zstd",
+                 lambda arr, rel, abs_bound, threads: cctx.compress(arr.tobytes()),  # lossless: bounds ignored
+                 lambda blob, shape, dtype, threads: np.frombuffer(dctx.decompress(blob), dtype=dtype).reshape(shape))
+
+
+def _amrzip_codec(mode: str) -> Codec:
+    import amrzip
+
+    return Codec(f"amrzip-{mode}",
+                 lambda arr, rel, abs_bound, threads: amrzip.compress(arr, rel=rel, mode=mode, threads=threads),
+                 lambda blob, shape, dtype, threads: amrzip.decompress(blob, threads=threads),
+                 multithread=True)
+
+
+def available_codecs() -> dict[str, Codec]:
+    from pysz import szAlgorithm
+
+    codecs = {}
+    try:
+        import amrzip  # noqa: F401
+
+        codecs["amrzip-ratio"] = _amrzip_codec("ratio")
+        codecs["amrzip-speed"] = _amrzip_codec("speed")
+    except ImportError as e:
+        print(f"note: `import amrzip` failed ({e}); running peer codecs only\n")
+    for algo_name, algo in [("interp_lorenzo", szAlgorithm.INTERP_LORENZO), ("interp", szAlgorithm.INTERP),
+                            ("lorenzo_reg", szAlgorithm.LORENZO_REG)]:
+        codecs[f"sz3-{algo_name}"] = _sz3_codec(algo_name, algo)
+    codecs["zfp"] = _zfp_codec()
+    codecs["zstd"] = _zstd_codec()
+    return codecs
+
+
+SZ3_DEFAULT = "sz3-interp_lorenzo"
+SZ3_ALL = ["sz3-interp_lorenzo", "sz3-interp", "sz3-lorenzo_reg"]
+
+
+def select_codecs(spec: str | None, codecs: dict[str, Codec]) -> list[Codec]:
+    """Comma list of codec names or group prefixes ('amrzip', 'sz3'); None means all."""
+    if not spec:
+        return list(codecs.values())
+    chosen = []
+    for want in spec.split(","):
+        hits = [c for n, c in codecs.items() if n == want or n.startswith(want + "-")]
+        if not hits:
+            print(f"note: codec {want!r} not available (have: {', '.join(codecs)})")
+        chosen += [c for c in hits if c not in chosen]
+    return chosen
+
+
+# --- measurement ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    field: str
+    bound: float  # value-range relative bound
+    codec: str
+    shape: list[int]
+    dtype: str
+    abs_bound: float = 0.0
+    nbytes: int = 0
+    compressed_bytes: int = 0
+    ratio: float = float("nan")
+    max_err: float = float("nan")
+    err_over_bound: float = float("nan")
+    psnr: float = float("nan")
+    violation: bool = False
+    c_mbs: float = float("nan")  # single thread, MB = 1e6 bytes of original data
+    d_mbs: float = float("nan")
+    c_mbs_mt: float | None = None  # all threads (amrzip only)
+    d_mbs_mt: float | None = None
+    error: str | None = None
+    c_times: list[float] = field(default_factory=list)
+    d_times: list[float] = field(default_factory=list)
+
+
+def _median_time(fn: Callable, repeat: int) -> tuple[float, list[float], object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times, out
+
+
+def run_case(name: str, arr: np.ndarray, rel: float, codec: Codec, repeat: int) -> Result:
+    lo, hi = float(arr.min()), float(arr.max())
+    vrange = hi - lo
+    abs_bound = rel * vrange
+    r = Result(name, rel, codec.name, list(arr.shape), str(arr.dtype), abs_bound=abs_bound, nbytes=arr.nbytes)
+    mb = arr.nbytes / 1e6
+    try:
+        tc, r.c_times, blob = _median_time(lambda: codec.compress(arr, rel, abs_bound, 1), repeat)
+        blob_len = len(blob) if not isinstance(blob, np.ndarray) else blob.nbytes
+        td, r.d_times, out = _median_time(lambda: codec.decompress(blob, arr.shape, arr.dtype, 1), repeat)
+        r.compressed_bytes, r.ratio = blob_len, arr.nbytes / blob_len
+        r.c_mbs, r.d_mbs = mb / tc, mb / td
+        out = np.asarray(out)
+        if out.shape != arr.shape:
+            raise ValueError(f"decompressed shape {out.shape} != {arr.shape}")
+        diff = np.abs(out.astype(np.float64) - arr.astype(np.float64))
+        r.max_err = float(diff.max())
+        mse = float(np.mean(diff * diff))
+        if mse == 0:
+            r.psnr = float("inf")
+        elif vrange > 0:
+            r.psnr = 20 * math.log10(vrange) - 10 * math.log10(mse)
+        r.err_over_bound = r.max_err / abs_bound if abs_bound > 0 else (0.0 if r.max_err == 0 else float("inf"))
+        # zstd is lossless, so any error at all is a violation for it as well
+        r.violation = r.max_err > abs_bound or not np.isfinite(r.max_err)
+        del diff, out
+        if codec.multithread:
+            tc, _, blob = _median_time(lambda: codec.compress(arr, rel, abs_bound, None), repeat)
+            td, _, _ = _median_time(lambda: codec.decompress(blob, arr.shape, arr.dtype, None), repeat)
+            r.c_mbs_mt, r.d_mbs_mt = mb / tc, mb / td
+    except Exception as e:  # keep going: one failing codec must not hide the others' numbers
+        r.error = f"{type(e).__name__}: {e}"
+    return r
+
+
+# --- reporting ------------------------------------------------------------------------------------------------
+
+
+def _f(v, fmt=".2f"):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return format(v, fmt)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def results_table(results: list[Result]) -> str:
+    rows = []
+    for r in results:
+        if r.error:
+            rows.append([r.field, f"{r.bound:g}", r.codec, f"ERROR {r.error}"[:60]] + [""] * 7)
+            continue
+        # a violation gets enough digits to show its size (float32 rounding of eb shows up as 1.0000000x)
+        eob = _f(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
+        rows.append([r.field, f"{r.bound:g}", r.codec, _f(r.ratio), eob, _f(r.psnr, ".1f"),
+                     _f(r.c_mbs, ".0f"), _f(r.d_mbs, ".0f"), _f(r.c_mbs_mt, ".0f"), _f(r.d_mbs_mt, ".0f")])
+    return _table(["field", "bound", "codec", "ratio", "maxerr/eb", "PSNR dB", "C MB/s", "D MB/s",
+                   "C MB/s all-thr", "D MB/s all-thr"], rows)
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x is not None and np.isfinite(x) and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tuple[str, dict]:
+    """Per-(field, bound) comparison against SZ3 and the acceptance criteria; returns (markdown, summary dict)."""
+    ok = {(r.field, r.bound, r.codec): r for r in results if r.error is None}
+    cases = list(dict.fromkeys((r.field, r.bound) for r in results))
+    out, summ = [], {"cases": [], "criteria": {}}
+
+    rows = []
+    for f, b in cases:
+        ours, speed = ok.get((f, b, "amrzip-ratio")), ok.get((f, b, "amrzip-speed"))
+        sz3 = [ok[(f, b, a)] for a in SZ3_ALL if (f, b, a) in ok]
+        best = max(sz3, key=lambda r: r.ratio) if sz3 else None
+        rel_ = ours.ratio / best.ratio if ours and best else None
+        case = {"field": f, "bound": b, "synthetic": f in synthetic, "amrzip_ratio": ours and ours.ratio,
+                "amrzip_speed_ratio": speed and speed.ratio, "sz3_best": best and best.ratio,
+                "sz3_best_algo": best and best.codec, "ours_over_sz3": rel_}
+        summ["cases"].append(case)
+        rows.append([f, f"{b:g}", _f(case["amrzip_ratio"]), _f(case["amrzip_speed_ratio"]),
+                     _f(case["sz3_best"]), best.codec.removeprefix("sz3-") if best else "-", _f(rel_, ".3f"),
+                     "" if rel_ is None else ("win" if rel_ >= 1 else "loss")])
+    out += ["## Summary vs SZ3-best (max ratio over the three SZ3 algorithms)", "",
+            _table(["field", "bound", "amrzip-ratio", "amrzip-speed", "SZ3-best", "SZ3 algo", "ours/SZ3", ""], rows), ""]
+
+    syn = [(f, b) for f, b in cases if f in synthetic]
+
+    def vs(codec, attr, ref, keys):  # per-case ratios codec.attr / ref.attr
+        return [getattr(ok[(f, b, codec)], attr) / getattr(ok[(f, b, ref)], attr)
+                for f, b in keys if (f, b, codec) in ok and (f, b, ref) in ok]
+
+    def vs_best(codec, keys):
+        best = {k: max((ok[(*k, a)].ratio for a in SZ3_ALL if (*k, a) in ok), default=None) for k in keys}
+        return [ok[(*k, codec)].ratio / best[k] for k in keys if (*k, codec) in ok and best[k]]
+
+    crit = summ["criteria"]
+    lines = [f"## Acceptance criteria ({len(syn)} synthetic cases; throughput single-thread vs {SZ3_DEFAULT})", ""]
+    if len(syn) != 16:
+        lines += ["(partial run: the criteria are defined on the full 4 fields x 4 bounds, uncropped)", ""]
+
+    def verdict(key, desc, passed, detail):
+        state = "N/A" if passed is None else ("PASS" if passed else "FAIL")
+        crit[key] = {"status": state, "detail": detail}
+        lines.append(f"- **{state}** {desc}: {detail}")
+
+    have_amrzip = any(r.codec.startswith("amrzip") for r in results)
+    if not have_amrzip:
+        lines.append("- amrzip not run: criteria 2-5 are N/A")
+    else:
+        rr = vs_best("amrzip-ratio", syn)
+        wins = sum(x >= 1 for x in rr)
+        g = geomean(rr)
+        need = math.ceil(0.75 * len(rr))  # 12 of the 16 full-run cases; same share on partial runs
+        verdict("2_ratio_vs_sz3", "(2) ratio mode >= SZ3-best on >= 12/16 synthetic cases and geomean >= 1.0",
+                (wins >= need and g >= 1.0) if rr else None,
+                f"wins {wins}/{len(rr)} (need {need}), geomean {_f(g, '.3f')}")
+        sc, sd = geomean(vs("amrzip-speed", "c_mbs", SZ3_DEFAULT, syn)), geomean(vs("amrzip-speed", "d_mbs", SZ3_DEFAULT, syn))
+        sr = geomean(vs_best("amrzip-speed", syn))
+        verdict("3_speed_mode", "(3) speed mode compress >= 3x, decompress >= 2x SZ3 (1 thread), ratio >= 0.7x SZ3-best",
+                None if math.isnan(sc) else (sc >= 3 and sd >= 2 and sr >= 0.7),
+                f"compress {_f(sc)}x, decompress {_f(sd)}x, ratio {_f(sr, '.3f')}x (geomeans)")
+        rc, rd = geomean(vs("amrzip-ratio", "c_mbs", SZ3_DEFAULT, syn)), geomean(vs("amrzip-ratio", "d_mbs", SZ3_DEFAULT, syn))
+        verdict("4_ratio_mode_speed", "(4) ratio mode throughput >= SZ3 (1 thread, geomean)",
+                None if math.isnan(rc) else (rc >= 1 and rd >= 1), f"compress {_f(rc)}x, decompress {_f(rd)}x")
+        parts, speedups = [], []
+        for mode in ("amrzip-ratio", "amrzip-speed"):
+            for d, st, mt in (("compress", "c_mbs", "c_mbs_mt"), ("decompress", "d_mbs", "d_mbs_mt")):
+                s = geomean([getattr(r, mt) / getattr(r, st) for r in ok.values()
+                             if r.codec == mode and r.field in cubes and getattr(r, mt)])
+                speedups.append(s)
+                parts.append(f"{mode.removeprefix('amrzip-')} {d} {_f(s)}x")
+        finite = [s for s in speedups if not math.isnan(s)]
+        verdict("5_threads", f"(5) all threads ({os.cpu_count()}) >= 1.7x one thread on the 3-D cubes (geomean, each mode/direction)",
+                (min(finite) >= 1.7) if finite else None, ", ".join(parts))
+        summ["amrzip_vs_sz3_best_geomean_all"] = geomean(vs_best("amrzip-ratio", cases))
+
+    viol = {}  # codec -> [violations, of which rounding-level (<= 1 + 1e-6), cases]
+    for r in results:
+        v = viol.setdefault(r.codec, [0, 0, 0])
+        v[0] += r.violation
+        v[1] += r.violation and r.err_over_bound <= 1 + 1e-6
+        v[2] += 1
+    errors = [r for r in results if r.error]
+    lines += ["", "## Bound violations (max |x - x'| > value-range bound, float64; zstd must be exact)", ""]
+    lines += [f"- {c}: {v}/{n}" + (f"  !!! VIOLATIONS ({ulp} rounding-level, <= 1+1e-6 x bound)" if v else "")
+              for c, (v, ulp, n) in viol.items()]
+    bad = [r for r in results if r.violation and r.codec.startswith("amrzip")]
+    if bad:
+        lines.append(f"- **FAIL** amrzip violated its bound in {len(bad)} case(s): "
+                     + ", ".join(f"{r.field}@{r.bound:g}/{r.codec} ({r.err_over_bound:.4f}x)" for r in bad))
+    crit["amrzip_no_violations"] = {"status": "FAIL" if bad else ("PASS" if have_amrzip else "N/A")}
+    if errors:
+        lines += ["", f"## Errors ({len(errors)})", ""] + [f"- {r.field}@{r.bound:g} {r.codec}: {r.error}" for r in errors]
+    summ["violations"] = viol
+    return "\n".join(out + lines), summ
+
+
+# --- main -----------------------------------------------------------------------------------------------------
+
+
+def load_fields(names: list[str] | None, quick: bool, real: bool) -> list[tuple[str, np.ndarray]]:
+    fields = []
+    for n in datasets.SYNTHETIC:
+        if names and n not in names:
+            continue
+        a = datasets.load(n)
+        if quick:  # corner crop: half of each axis
+            a = np.ascontiguousarray(a[tuple(slice(0, s // 2) for s in a.shape)])
+        fields.append((n, a))
+    if real:
+        for n, a in datasets.real_fields():
+            if not names or any(n == w or n.startswith(w.rstrip("/") + "/") for w in names):
+                fields.append((n, a))
+    return fields
+
+
+def _load() -> str:
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fields", help="comma list: synthetic names and/or real-field name prefixes "
+                                    "(e.g. smooth3d,pelelmex_3d/temp); default all")
+    p.add_argument("--bounds", default=",".join(f"{b:g}" for b in BOUNDS), help="comma list of value-range relative bounds")
+    p.add_argument("--codecs", help="comma list of codecs or groups (amrzip, sz3, zfp, zstd); default all available")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per measurement; the median is reported (default 3)")
+    p.add_argument("--quick", action="store_true", help="crop synthetic fields to half size per axis (128^3, 900x1800)")
+    p.add_argument("--no-real", action="store_true", help="skip the real AMR fields")
+    p.add_argument("--json", type=Path, help="write raw results and summary to this path")
+    args = p.parse_args(argv)
+
+    names = args.fields.split(",") if args.fields else None
+    bounds = [float(b) for b in args.bounds.split(",")]
+    codecs = select_codecs(args.codecs, available_codecs())
+    fields = load_fields(names, args.quick, not args.no_real)
+    if not fields:
+        p.error("no fields selected")
+    synthetic = {n for n, _ in fields if n in datasets.SYNTHETIC}
+    cubes = {n for n, a in fields if n in synthetic and a.ndim == 3}
+
+    print(f"# amrzip codec benchmark\n\n{platform.node()} | {platform.processor() or platform.machine()} | "
+          f"{os.cpu_count()} cores | numpy {np.__version__} | repeat {args.repeat} (median)"
+          f"{' | QUICK (cropped fields)' if args.quick else ''} | load average at start {_load()}\n")
+    results = []
+    t_start = time.perf_counter()
+    for name, arr in fields:
+        for rel in bounds:
+            for codec in codecs:
+                r = run_case(name, arr, rel, codec, args.repeat)
+                results.append(r)
+                status = r.error or (f"ratio {r.ratio:8.2f}  err/eb {r.err_over_bound:.3f}  "
+                                     f"C {r.c_mbs:7.1f} MB/s  D {r.d_mbs:7.1f} MB/s" + ("  !!VIOLATION" if r.violation else ""))
+                print(f"  {name:30s} {rel:<6g} {codec.name:20s} {status}", file=sys.stderr, flush=True)
+    print("## Results\n")
+    print(results_table(results))
+    print()
+    text, summary = summarize(results, synthetic, cubes)
+    print(text)
+    print(f"\n(total benchmark time {time.perf_counter() - t_start:.0f} s; load average at end {_load()}: "
+          f"timings are only meaningful on an otherwise idle machine)")
+    if args.json:
+        meta = {"argv": sys.argv[1:], "host": platform.node(), "cpus": os.cpu_count(), "numpy": np.__version__,
+                "loadavg_end": _load(),
+                "quick": args.quick, "repeat": args.repeat}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results], "summary": summary},
+                                        indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
