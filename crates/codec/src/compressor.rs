@@ -94,10 +94,16 @@ fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
 }
 
 /// Whether zstd is worth running on a chunk: it rarely gains on dense Huffman output (rough
-/// fields at tight bounds), so a trial on the chunk's first bytes decides.
+/// fields at tight bounds), so a trial on slices from across the chunk decides (the start alone
+/// holds the coarse levels, which compress differently from the rest).
 fn worth_zstd(raw: &[u8]) -> bool {
-    const TRIAL: usize = 1 << 17;
-    raw.len() <= 2 * TRIAL || (zstd_compress(&raw[..TRIAL], 1).len() as f64) < 0.97 * TRIAL as f64
+    const SLICE: usize = 1 << 15;
+    const SLICES: usize = 4;
+    if raw.len() <= 4 * SLICE * SLICES {
+        return true;
+    }
+    let trial: Vec<u8> = (0..SLICES).flat_map(|k| &raw[(2 * k + 1) * raw.len() / (2 * SLICES)..][..SLICE]).copied().collect();
+    (zstd_compress(&trial, 1).len() as f64) < 0.97 * trial.len() as f64
 }
 
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
@@ -200,12 +206,14 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
         .par_iter()
         .map(|c| {
             let raw = chunk_bytes(c, &codebook)?;
-            let packed = if worth_zstd(&raw) { Some(zstd_compress(&raw, level)) } else { None };
+            let raw_len = raw.len() as u64;
+            // The ratio preset always tries zstd: even a percent matters there.
+            let packed = if config.preset == Preset::Ratio || worth_zstd(&raw) { Some(zstd_compress(&raw, level)) } else { None };
             let (lossless, bytes) = match packed {
                 Some(packed) if packed.len() < raw.len() => (Lossless::Zstd, packed),
-                _ => (Lossless::Stored, raw.clone()),
+                _ => (Lossless::Stored, raw),
             };
-            Ok((ChunkEntry { predictor: p.kind(), lossless, stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
+            Ok((ChunkEntry { predictor: p.kind(), lossless, stored_len: bytes.len() as u64, raw_len }, bytes))
         })
         .collect::<Result<_>>()?;
     let mut codebook_bytes = Vec::new();
@@ -287,6 +295,10 @@ pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
         if (raw.len() as u64) * 8 < b.len() as u64 {
             return Err(corrupt!("chunk of {} bytes cannot hold {} symbols", raw.len(), b.len()));
         }
+    }
+    if let ([raw], [entry], [b]) = (raws.as_slice(), h.chunks.as_slice(), boxes.as_slice()) {
+        // One chunk is the whole array: its buffer is the output, no copy.
+        return Ok((decode_chunk::<T>(raw, entry, b, &codebook, &q)?, h.shape.clone()));
     }
     let mut out = vec![T::default(); n];
     let target = ChunkedOutput::new(&mut out);

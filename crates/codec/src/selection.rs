@@ -11,9 +11,12 @@ use crate::quantizer::Quantizer;
 use crate::{Config, Preset};
 use rayon::prelude::*;
 
-/// Elements per sample box, and how many elements to sample in all: a share of the array,
-/// within limits that keep the estimate steady on small arrays and cheap on large ones.
-const SAMPLE_BOX_ELEMENTS: usize = 1 << 18;
+/// Elements per sample box: many small boxes judge the predictor family (spread matters on
+/// heterogeneous fields), one large box the interpolation details (they depend on how many
+/// levels the box has). How many elements to sample in all: a share of the array, within
+/// limits that keep the estimate steady on small arrays and cheap on large ones.
+const FAMILY_BOX_ELEMENTS: usize = 1 << 15;
+const TUNING_BOX_ELEMENTS: usize = 1 << 18;
 const SAMPLE_FRACTION: f64 = 0.01;
 const MIN_SAMPLE_ELEMENTS: usize = 1 << 17;
 const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
@@ -45,19 +48,19 @@ fn candidates(config: &Config, ndim: usize, lossless: bool) -> Vec<Predictor> {
         (Some(PredictorKind::Interpolation), Preset::Ratio) => interpolation_candidates(ndim),
         (None, Preset::Ratio) => {
             let mut c = interpolation_candidates(ndim);
-            c.push(regression);
+            c.extend([regression, Predictor::Lorenzo]);
             c
         }
     }
 }
 
 /// Sample boxes: the whole array when it is small, else boxes on a regular lattice.
-fn sample_boxes(shape: &[usize]) -> Vec<ChunkBox> {
+fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
     let n = num_elements(shape);
     // Edges of 2^k + 1 put a box's last point on its coarsest lattice, so the sample measures
     // interpolation inside the data and not the one-sided predictions of its artificial faces,
     // which would otherwise dominate at loose bounds and favour the wrong spline.
-    let edge = (1usize << (SAMPLE_BOX_ELEMENTS.trailing_zeros() as usize / shape.len())) + 1;
+    let edge = (1usize << (box_elements.trailing_zeros() as usize / shape.len())) + 1;
     let extent: Vec<usize> = shape.iter().map(|&s| s.min(edge)).collect();
     let per_box = num_elements(&extent);
     let wanted = ((n as f64 * SAMPLE_FRACTION) as usize).clamp(MIN_SAMPLE_ELEMENTS, MAX_SAMPLE_ELEMENTS);
@@ -94,7 +97,9 @@ fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Qua
     }
     let codebook = Codebook::from_histogram(&hist);
     let mut bits = Vec::new();
-    let mut size = 0;
+    // The codebook is part of the cost: on small arrays it can outweigh the codes themselves.
+    codebook.write(&mut bits);
+    let mut size = bits.len();
     for c in &coded {
         bits.clear();
         codebook.encode(&c.symbols, &mut bits).expect("codebook built from these symbols");
@@ -135,13 +140,15 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
     if cands.len() == 1 {
         return cands[0];
     }
-    let samples: Vec<(Vec<T>, Vec<usize>)> = sample_boxes(shape)
-        .iter()
-        .map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone()))
-        .collect();
-    let mut trials = Trials { samples: &samples, q, zstd_level: crate::compressor::zstd_level(config.preset), seen: Vec::new() };
-    match trials.cheapest(&cands) {
+    let samples = |box_elements| -> Vec<(Vec<T>, Vec<usize>)> {
+        sample_boxes(shape, box_elements).iter().map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone())).collect()
+    };
+    let zstd_level = crate::compressor::zstd_level(config.preset);
+    let family = samples(FAMILY_BOX_ELEMENTS);
+    match (Trials { samples: &family, q, zstd_level, seen: Vec::new() }).cheapest(&cands) {
         Predictor::Interpolation { order, .. } => {
+            let large = samples(TUNING_BOX_ELEMENTS);
+            let mut trials = Trials { samples: &large, q, zstd_level, seen: Vec::new() };
             let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
                 Predictor::Interpolation { spline, .. } => spline,
                 _ => Spline::Cubic,

@@ -157,24 +157,34 @@ impl<T: Copy> SharedBuf<T> {
     }
 }
 
-/// Visits the points of a pass along the contiguous dimension: one line, positions `xs`.
+/// Visits the points of a pass along the contiguous dimension: one line, positions `xs`
+/// (odd multiples of `s` in increasing order).
 #[inline(always)]
 fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], s: usize, n: usize, spline: Spline, v: &mut V) {
-    let mut regular: Option<(usize, Stencil)> = None;
-    for &x in xs {
-        // Interior points share one stencil; only the ends need their own.
-        let st = match regular {
-            Some((from, st)) if x >= from && x + 3 * s < n => st,
-            _ => {
-                let st = Stencil::new(x, s, n - 1, spline);
-                if s > 0 && x >= 3 * s && x + 3 * s < n {
-                    regular = Some((x, st));
-                }
-                st
-            }
-        };
+    let mut visit_with = |x: usize, st: &Stencil| {
         let i = base + x;
         buf.set(i, v.visit(buf.get(i), st.predict(buf, i)));
+    };
+    if s == 0 {
+        for &x in xs {
+            visit_with(x, &Stencil::new(x, s, n - 1, spline));
+        }
+        return;
+    }
+    // Interior points (x >= 3s, x + 3s < n) share one stencil; the ends need their own.
+    let interior = xs.partition_point(|&x| x < 3 * s);
+    let tail = xs.partition_point(|&x| x + 3 * s < n).max(interior);
+    for &x in &xs[..interior] {
+        visit_with(x, &Stencil::new(x, s, n - 1, spline));
+    }
+    if interior < tail {
+        let st = Stencil::new(xs[interior], s, n - 1, spline);
+        for &x in &xs[interior..tail] {
+            visit_with(x, &st);
+        }
+    }
+    for &x in &xs[tail..] {
+        visit_with(x, &Stencil::new(x, s, n - 1, spline));
     }
 }
 
