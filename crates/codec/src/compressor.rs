@@ -10,14 +10,14 @@
 use crate::bytes::{put_varint, ByteReader};
 use crate::element::Element;
 use crate::entropy::huffman::Codebook;
-use crate::entropy::{zstd_compress, zstd_decompress};
+use crate::entropy::frames::{self, zstd_compress};
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
 use crate::predictor::{self, Predictor};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
-use crate::stream::{ChunkEntry, Header, Lossless, Stream, MAX_CHUNK_ELEMENTS};
+use crate::stream::{ChunkEntry, Header, Stream, MAX_CHUNK_ELEMENTS};
 use crate::{Config, ErrorBound, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -93,17 +93,16 @@ fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
     }
 }
 
-/// Whether zstd is worth running on a chunk: it rarely gains on dense Huffman output (rough
-/// fields at tight bounds), so a trial on slices from across the chunk decides (the start alone
-/// holds the coarse levels, which compress differently from the rest).
-fn worth_zstd(raw: &[u8]) -> bool {
-    const SLICE: usize = 1 << 15;
-    const SLICES: usize = 4;
-    if raw.len() <= 4 * SLICE * SLICES {
+/// Whether zstd is worth running on a frame in the speed preset: it rarely gains on dense
+/// Huffman output (rough fields at tight bounds), so a trial on a slice decides. The ratio
+/// preset always tries: even a percent matters there.
+fn worth_zstd(preset: Preset, frame: &[u8]) -> bool {
+    const TRIAL: usize = 1 << 15;
+    if preset == Preset::Ratio || frame.len() <= 4 * TRIAL {
         return true;
     }
-    let trial: Vec<u8> = (0..SLICES).flat_map(|k| &raw[(2 * k + 1) * raw.len() / (2 * SLICES)..][..SLICE]).copied().collect();
-    (zstd_compress(&trial, 1).len() as f64) < 0.97 * trial.len() as f64
+    let trial = &frame[frame.len() / 2..][..TRIAL];
+    (zstd_compress(trial, 1).len() as f64) < 0.97 * TRIAL as f64
 }
 
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
@@ -141,14 +140,28 @@ struct Predicted<T> {
     histogram: Vec<u64>,
 }
 
+/// Symbol counts, over blocks in parallel (a chunk can hold a whole large array).
+fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
+    symbols
+        .par_chunks(SEGMENT_SYMBOLS)
+        .map(|block| {
+            let mut h = vec![0u64; alphabet];
+            for &s in block {
+                h[s as usize] += 1;
+            }
+            h
+        })
+        .reduce(|| vec![0u64; alphabet], |mut a, b| {
+            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+            a
+        })
+}
+
 fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
     let chunk: Cow<[T]> = if b.shape.as_slice() == shape { Cow::Borrowed(data) } else { Cow::Owned(gather(data, shape, b)) };
     let (filled, patches) = nonfinite::fill(&chunk);
     let coded = predictor::encode(p, &filled, &b.shape, q);
-    let mut histogram = vec![0u64; q.alphabet()];
-    for &s in &coded.symbols {
-        histogram[s as usize] += 1;
-    }
+    let histogram = histogram(&coded.symbols, q.alphabet());
     Predicted { coded, patches, histogram }
 }
 
@@ -206,14 +219,8 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
         .par_iter()
         .map(|c| {
             let raw = chunk_bytes(c, &codebook)?;
-            let raw_len = raw.len() as u64;
-            // The ratio preset always tries zstd: even a percent matters there.
-            let packed = if config.preset == Preset::Ratio || worth_zstd(&raw) { Some(zstd_compress(&raw, level)) } else { None };
-            let (lossless, bytes) = match packed {
-                Some(packed) if packed.len() < raw.len() => (Lossless::Zstd, packed),
-                _ => (Lossless::Stored, raw),
-            };
-            Ok((ChunkEntry { predictor: p.kind(), lossless, stored_len: bytes.len() as u64, raw_len }, bytes))
+            let bytes = frames::pack(&raw, level, |frame| worth_zstd(config.preset, frame));
+            Ok((ChunkEntry { predictor: p.kind(), stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
         })
         .collect::<Result<_>>()?;
     let mut codebook_bytes = Vec::new();
@@ -281,16 +288,7 @@ pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
     let boxes = if n == 0 { Vec::new() } else { chunk_boxes(&h.shape, &h.chunk_shape) };
     // Undo the lossless stage first: the output is only allocated once every chunk proved to
     // carry at least the bits its elements need.
-    let raws: Vec<Cow<[u8]>> = s
-        .payloads
-        .par_iter()
-        .zip(&h.chunks)
-        .map(|(&stored, c)| match c.lossless {
-            Lossless::Stored if stored.len() as u64 == c.raw_len => Ok(Cow::Borrowed(stored)),
-            Lossless::Stored => Err(corrupt!("stored chunk length {} differs from raw length {}", stored.len(), c.raw_len)),
-            Lossless::Zstd => zstd_decompress(stored, c.raw_len).map(Cow::Owned),
-        })
-        .collect::<Result<_>>()?;
+    let raws: Vec<Vec<u8>> = s.payloads.par_iter().zip(&h.chunks).map(|(&stored, c)| frames::unpack(stored, c.raw_len)).collect::<Result<_>>()?;
     for (raw, b) in raws.iter().zip(&boxes) {
         if (raw.len() as u64) * 8 < b.len() as u64 {
             return Err(corrupt!("chunk of {} bytes cannot hold {} symbols", raw.len(), b.len()));

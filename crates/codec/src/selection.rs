@@ -3,7 +3,7 @@
 
 use crate::element::Element;
 use crate::entropy::huffman::Codebook;
-use crate::entropy::zstd_compress;
+use crate::entropy::frames::zstd_compress;
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
 use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};

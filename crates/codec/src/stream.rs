@@ -6,7 +6,7 @@
 //! bound f64 (as the user gave it) | eb f64 (absolute bound used) | radius u32
 //! shape u64 x ndim | chunk shape u64 x ndim
 //! codebook length u32 | codebook bytes
-//! chunk count u64 | per chunk: predictor u8, lossless u8, stored length u64, raw length u64
+//! chunk count u64 | per chunk: predictor u8, stored length u64, raw length u64
 //! crc32 of everything above (u32)
 //! chunk payloads, in chunk order | crc32 of the payloads (u32)
 //! ```
@@ -26,17 +26,9 @@ pub const VERSION: u8 = 1;
 pub const MAX_CHUNK_ELEMENTS: usize = 1 << 27;
 const MAX_NDIM: usize = 4;
 
-/// How a chunk's bytes were passed through the lossless stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lossless {
-    Stored = 0,
-    Zstd = 1,
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkEntry {
     pub predictor: PredictorKind,
-    pub lossless: Lossless,
     pub stored_len: u64,
     pub raw_len: u64,
 }
@@ -73,7 +65,7 @@ impl Header {
         out.extend_from_slice(&self.codebook);
         out.extend_from_slice(&(self.chunks.len() as u64).to_le_bytes());
         for c in &self.chunks {
-            out.extend_from_slice(&[c.predictor as u8, c.lossless as u8]);
+            out.push(c.predictor as u8);
             out.extend_from_slice(&c.stored_len.to_le_bytes());
             out.extend_from_slice(&c.raw_len.to_le_bytes());
         }
@@ -139,19 +131,14 @@ impl Header {
         if n_chunks != expected as u64 {
             return Err(corrupt!("{n_chunks} chunks listed but the chunk grid has {expected}"));
         }
-        // Each entry takes 18 bytes: a count the stream cannot hold fails before we allocate.
-        if expected > r.remaining() / 18 {
+        // Each entry takes 17 bytes: a count the stream cannot hold fails before we allocate.
+        if expected > r.remaining() / 17 {
             return Err(corrupt!("{expected} chunk entries cannot fit in the {} bytes left", r.remaining()));
         }
         let mut chunks = Vec::with_capacity(expected);
         for _ in 0..expected {
             let predictor = PredictorKind::from_code(r.u8("chunk predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?;
-            let lossless = match r.u8("chunk lossless stage")? {
-                0 => Lossless::Stored,
-                1 => Lossless::Zstd,
-                l => return Err(corrupt!("unknown lossless stage {l}")),
-            };
-            chunks.push(ChunkEntry { predictor, lossless, stored_len: r.u64("chunk length")?, raw_len: r.u64("chunk raw length")? });
+            chunks.push(ChunkEntry { predictor, stored_len: r.u64("chunk length")?, raw_len: r.u64("chunk raw length")? });
         }
         let covered = r.position();
         let crc = r.u32("header checksum")?;
@@ -190,7 +177,7 @@ impl<'a> Stream<'a> {
 
     pub fn write(header: &Header, payloads: &[Vec<u8>]) -> Vec<u8> {
         let total: usize = payloads.iter().map(Vec::len).sum();
-        let mut out = Vec::with_capacity(total + 256 + 18 * payloads.len());
+        let mut out = Vec::with_capacity(total + 256 + 17 * payloads.len());
         header.write(&mut out);
         let start = out.len();
         for p in payloads {

@@ -226,8 +226,10 @@ fn crc32(data: &[u8]) -> u32 {
 /// Bytes before the bound: magic, version, dtype, ndim, preset, bound mode, 3 reserved.
 const LEAD: usize = 12;
 const NDIM_AT: usize = 6;
-/// predictor u8, lossless u8, stored length u64, raw length u64.
-const ENTRY_BYTES: usize = 18;
+/// predictor u8, stored length u64, raw length u64.
+const ENTRY_BYTES: usize = 17;
+/// Raw bytes per lossless frame (the chunk payload is a frame table, then the frames).
+const FRAME_BYTES: usize = 1 << 20;
 
 fn le_u32(s: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(s.get(at..at.checked_add(4)?)?.try_into().ok()?))
@@ -265,7 +267,6 @@ fn fix_checksums(s: &mut [u8]) {
 #[derive(Clone, Debug)]
 struct Entry {
     predictor: u8,
-    lossless: u8,
     stored_len: u64,
     raw_len: u64,
 }
@@ -299,7 +300,7 @@ impl Parts {
         let entries: Vec<Entry> = (0..n_chunks as usize)
             .map(|k| {
                 let at = count_at + 8 + k * ENTRY_BYTES;
-                Entry { predictor: s[at], lossless: s[at + 1], stored_len: le_u64(s, at + 2).unwrap(), raw_len: le_u64(s, at + 10).unwrap() }
+                Entry { predictor: s[at], stored_len: le_u64(s, at + 1).unwrap(), raw_len: le_u64(s, at + 9).unwrap() }
             })
             .collect();
         let mut at = header_end(s).unwrap() + 4;
@@ -337,7 +338,7 @@ impl Parts {
         out.extend_from_slice(&self.codebook);
         out.extend_from_slice(&self.n_chunks.to_le_bytes());
         for e in &self.entries {
-            out.extend_from_slice(&[e.predictor, e.lossless]);
+            out.push(e.predictor);
             out.extend_from_slice(&e.stored_len.to_le_bytes());
             out.extend_from_slice(&e.raw_len.to_le_bytes());
         }
@@ -359,18 +360,43 @@ impl Parts {
         }
     }
 
-    /// Chunk `k`'s bytes before the lossless stage.
+    /// Chunk `k`'s bytes before the lossless stage: its frames, unpacked and joined.
     fn raw(&self, k: usize) -> Vec<u8> {
-        match self.entries[k].lossless {
-            0 => self.payloads[k].clone(),
-            _ => zstd::bulk::decompress(&self.payloads[k], self.entries[k].raw_len as usize).expect("corpus chunks decompress"),
+        let (payload, raw_len) = (&self.payloads[k], self.entries[k].raw_len as usize);
+        let mut at = 0;
+        let table: Vec<(u8, usize)> = (0..raw_len.div_ceil(FRAME_BYTES))
+            .map(|_| {
+                let flag = payload[at];
+                at += 1;
+                (flag, read_varint(payload, &mut at).expect("corpus frame table") as usize)
+            })
+            .collect();
+        let mut raw = Vec::with_capacity(raw_len);
+        for (flag, len) in table {
+            let body = &payload[at..at + len];
+            at += len;
+            if flag == 0 {
+                raw.extend_from_slice(body);
+            } else {
+                raw.extend(zstd::bulk::decompress(body, FRAME_BYTES).expect("corpus frames decompress"));
+            }
         }
+        raw
     }
 
-    /// Replaces chunk `k` by `raw`, stored as is or through zstd, with consistent lengths.
+    /// Replaces chunk `k` by `raw`, its frames stored as is or through zstd, with consistent
+    /// lengths.
     fn set_raw(&mut self, k: usize, raw: &[u8], zstd: bool) {
-        let payload = if zstd { zstd::bulk::compress(raw, 1).expect("zstd into memory") } else { raw.to_vec() };
-        self.entries[k] = Entry { predictor: self.entries[k].predictor, lossless: u8::from(zstd), stored_len: payload.len() as u64, raw_len: raw.len() as u64 };
+        let frames: Vec<Vec<u8>> = raw.chunks(FRAME_BYTES).map(|f| if zstd { zstd::bulk::compress(f, 1).expect("zstd into memory") } else { f.to_vec() }).collect();
+        let mut payload = Vec::new();
+        for f in &frames {
+            payload.push(u8::from(zstd));
+            put_varint(&mut payload, f.len() as u64);
+        }
+        for f in &frames {
+            payload.extend_from_slice(f);
+        }
+        self.entries[k] = Entry { predictor: self.entries[k].predictor, stored_len: payload.len() as u64, raw_len: raw.len() as u64 };
         self.payloads[k] = payload;
     }
 }
@@ -629,7 +655,7 @@ enum HeaderEdit {
     Grid { shape: Vec<u64>, chunk: Vec<u64> },
     Codebook(Vec<ByteEdit>),
     ChunkCount(u64),
-    Entry { at: Index, predictor: Option<u8>, lossless: Option<u8>, stored_len: Option<u64>, raw_len: Option<u64> },
+    Entry { at: Index, predictor: Option<u8>, stored_len: Option<u64>, raw_len: Option<u64> },
 }
 
 const MAX_GRID_ENTRIES: u64 = 64;
@@ -646,8 +672,8 @@ fn header_edits() -> impl Strategy<Value = HeaderEdit> {
         4 => dims.prop_map(|(shape, chunk)| HeaderEdit::Grid { shape, chunk }),
         3 => prop::collection::vec(byte_edits(), 1..4).prop_map(HeaderEdit::Codebook),
         1 => hostile_u64().prop_map(HeaderEdit::ChunkCount),
-        3 => (any::<Index>(), prop::option::of(0u8..=4), prop::option::of(0u8..=2), prop::option::of(hostile_u64()), prop::option::of(hostile_u64()))
-            .prop_map(|(at, predictor, lossless, stored_len, raw_len)| HeaderEdit::Entry { at, predictor, lossless, stored_len, raw_len }),
+        3 => (any::<Index>(), prop::option::of(0u8..=4), prop::option::of(hostile_u64()), prop::option::of(hostile_u64()))
+            .prop_map(|(at, predictor, stored_len, raw_len)| HeaderEdit::Entry { at, predictor, stored_len, raw_len }),
     ]
 }
 
@@ -671,7 +697,7 @@ fn apply_header_edit(p: &mut Parts, edit: &HeaderEdit) {
             let written = p.n_chunks.min(MAX_GRID_ENTRIES) as usize;
             let (entries, payloads) = (p.entries.clone(), p.payloads.clone());
             if entries.is_empty() {
-                p.entries = vec![Entry { predictor: 0, lossless: 0, stored_len: 0, raw_len: 0 }; written];
+                p.entries = vec![Entry { predictor: 0, stored_len: 0, raw_len: 0 }; written];
                 p.payloads = vec![Vec::new(); written];
             } else {
                 p.entries = entries.iter().cycle().take(written).cloned().collect();
@@ -684,12 +710,11 @@ fn apply_header_edit(p: &mut Parts, edit: &HeaderEdit) {
             }
         }
         HeaderEdit::ChunkCount(n) => p.n_chunks = *n,
-        HeaderEdit::Entry { at, predictor, lossless, stored_len, raw_len } => {
+        HeaderEdit::Entry { at, predictor, stored_len, raw_len } => {
             if !p.entries.is_empty() {
                 let k = at.index(p.entries.len());
                 let e = &mut p.entries[k];
                 e.predictor = predictor.unwrap_or(e.predictor);
-                e.lossless = lossless.unwrap_or(e.lossless);
                 e.stored_len = stored_len.unwrap_or(e.stored_len);
                 e.raw_len = raw_len.unwrap_or(e.raw_len);
             }

@@ -56,7 +56,8 @@ fn compress<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, bound_mode: &str, b
 
 fn decompress_typed<'py, T: Element + numpy::Element>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
     let (values, shape) = py.detach(|| codec::decompress::<T>(data, threads)).map_err(to_py)?;
-    PyArray1::from_vec(py, values).reshape(shape)
+    // numpy bounds the product of the non-empty dimensions too; such a stream is not ours.
+    PyArray1::from_vec(py, values).reshape(shape.clone()).map_err(|e| CorruptStreamError::new_err(format!("shape {shape:?} cannot be a numpy array: {e}")))
 }
 
 /// decompress(data, threads=None) -> numpy.ndarray
