@@ -25,12 +25,6 @@ use std::borrow::Cow;
 /// Symbols per Huffman segment: the unit of parallel entropy coding inside a chunk.
 const SEGMENT_SYMBOLS: usize = 1 << 20;
 
-pub fn zstd_level(preset: Preset) -> i32 {
-    match preset {
-        Preset::Ratio => 3,
-        Preset::Speed => 1,
-    }
-}
 
 /// Elements per chunk. Interpolation parallelises inside a chunk (the points of one pass are
 /// independent), and chunk seams cost it dearly on smooth data, so it takes the largest chunks
@@ -93,16 +87,19 @@ fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
     }
 }
 
-/// Whether zstd is worth running on a frame in the speed preset: it rarely gains on dense
-/// Huffman output (rough fields at tight bounds), so a trial on a slice decides. The ratio
-/// preset always tries: even a percent matters there.
-fn worth_zstd(preset: Preset, frame: &[u8]) -> bool {
+/// The zstd level for a frame, or `None` to store it. A level-1 trial on a slice tells dense
+/// Huffman output (rough fields at tight bounds: zstd gains next to nothing) from sparse output
+/// (long runs of one code), where a strong level pays: such frames code many values per byte.
+pub fn zstd_level_for(preset: Preset, frame: &[u8]) -> Option<i32> {
     const TRIAL: usize = 1 << 15;
-    if preset == Preset::Ratio || frame.len() <= 4 * TRIAL {
-        return true;
+    let trial = if frame.len() <= 4 * TRIAL { frame } else { &frame[frame.len() / 2..][..TRIAL] };
+    let gain = trial.len() as f64 / zstd_compress(trial, 1).len().max(1) as f64;
+    match preset {
+        Preset::Speed if gain < 1.03 => None,
+        Preset::Speed => Some(1),
+        Preset::Ratio if gain >= 2.0 => Some(9),
+        Preset::Ratio => Some(3),
     }
-    let trial = &frame[frame.len() / 2..][..TRIAL];
-    (zstd_compress(trial, 1).len() as f64) < 0.97 * TRIAL as f64
 }
 
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
@@ -214,12 +211,11 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
         }
     }
     let codebook = Codebook::from_histogram(&histogram);
-    let level = zstd_level(config.preset);
     let encoded: Vec<(ChunkEntry, Vec<u8>)> = predicted
         .par_iter()
         .map(|c| {
             let raw = chunk_bytes(c, &codebook)?;
-            let bytes = frames::pack(&raw, level, |frame| worth_zstd(config.preset, frame));
+            let bytes = frames::pack(&raw, |frame| zstd_level_for(config.preset, frame));
             Ok((ChunkEntry { predictor: p.kind(), stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
         })
         .collect::<Result<_>>()?;

@@ -3,6 +3,7 @@
 
 use crate::element::Element;
 use crate::entropy::huffman::Codebook;
+use crate::compressor::zstd_level_for;
 use crate::entropy::frames::zstd_compress;
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
@@ -87,7 +88,7 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 
 /// Compressed size of `p` on the samples, through the real entropy stages: the symbols' entropy
 /// alone misses how much zstd gains on long runs of one code, which decides the loose bounds.
-fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, zstd_level: i32) -> usize {
+fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset) -> usize {
     let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, data, shape, q)).collect();
     let mut hist = vec![0u64; q.alphabet()];
     for c in &coded {
@@ -103,7 +104,8 @@ fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Qua
     for c in &coded {
         bits.clear();
         codebook.encode(&c.symbols, &mut bits).expect("codebook built from these symbols");
-        size += zstd_compress(&bits, zstd_level).len() + c.exact.len() * T::BYTES + c.side.len();
+        let packed = zstd_level_for(preset, &bits).map_or(bits.len(), |level| zstd_compress(&bits, level).len().min(bits.len()));
+        size += packed + c.exact.len() * T::BYTES + c.side.len();
     }
     size
 }
@@ -112,7 +114,7 @@ fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Qua
 struct Trials<'a, T> {
     samples: &'a [(Vec<T>, Vec<usize>)],
     q: &'a Quantizer,
-    zstd_level: i32,
+    preset: Preset,
     seen: Vec<(Predictor, usize)>,
 }
 
@@ -121,7 +123,7 @@ impl<T: Element> Trials<'_, T> {
         if let Some(&(_, c)) = self.seen.iter().find(|(s, _)| s == p) {
             return c;
         }
-        let c = estimate(p, self.samples, self.q, self.zstd_level);
+        let c = estimate(p, self.samples, self.q, self.preset);
         self.seen.push((*p, c));
         c
     }
@@ -143,12 +145,12 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
     let samples = |box_elements| -> Vec<(Vec<T>, Vec<usize>)> {
         sample_boxes(shape, box_elements).iter().map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone())).collect()
     };
-    let zstd_level = crate::compressor::zstd_level(config.preset);
+    let preset = config.preset;
     let family = samples(FAMILY_BOX_ELEMENTS);
-    match (Trials { samples: &family, q, zstd_level, seen: Vec::new() }).cheapest(&cands) {
+    match (Trials { samples: &family, q, preset, seen: Vec::new() }).cheapest(&cands) {
         Predictor::Interpolation { order, .. } => {
             let large = samples(TUNING_BOX_ELEMENTS);
-            let mut trials = Trials { samples: &large, q, zstd_level, seen: Vec::new() };
+            let mut trials = Trials { samples: &large, q, preset, seen: Vec::new() };
             let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
                 Predictor::Interpolation { spline, .. } => spline,
                 _ => Spline::Cubic,

@@ -19,12 +19,12 @@ pub fn zstd_compress(raw: &[u8], level: i32) -> Vec<u8> {
     zstd::bulk::compress(raw, level).expect("zstd compression into memory")
 }
 
-/// Packs `raw`; `try_zstd(frame)` says whether a frame is worth compressing at `level`. A frame
-/// is stored whenever zstd would not shrink it.
-pub fn pack(raw: &[u8], level: i32, try_zstd: impl Fn(&[u8]) -> bool + Sync) -> Vec<u8> {
+/// Packs `raw`; `level_for(frame)` gives the zstd level to try on a frame, or `None` to store it.
+/// A frame is stored whenever zstd would not shrink it.
+pub fn pack(raw: &[u8], level_for: impl Fn(&[u8]) -> Option<i32> + Sync) -> Vec<u8> {
     let frames: Vec<(u8, Vec<u8>)> = raw
         .par_chunks(FRAME_BYTES)
-        .map(|frame| match try_zstd(frame).then(|| zstd_compress(frame, level)) {
+        .map(|frame| match level_for(frame).map(|level| zstd_compress(frame, level)) {
             Some(packed) if packed.len() < frame.len() => (1, packed),
             _ => (0, frame.to_vec()),
         })
