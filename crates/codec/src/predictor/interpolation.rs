@@ -377,21 +377,18 @@ fn decode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
         let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
-        let mut starts: Vec<usize> = pass_symbols.par_chunks(group_points).map(|g| g.iter().filter(|&&s| s == 0).count()).collect();
+        // Each group's exact values: as many as its 0 symbols, after those of earlier groups.
+        let counts: Vec<usize> = pass_symbols.par_chunks(group_points).map(|g| g.iter().filter(|&&s| s == 0).count()).collect();
+        let mut starts = Vec::with_capacity(counts.len());
         let mut acc = exact_pos;
-        for c in starts.iter_mut() {
-            (*c, acc) = (acc, acc + *c);
+        for &c in &counts {
+            starts.push(acc);
+            acc += c;
         }
-        pass.rows
-            .par_chunks(pass.group_rows())
-            .zip(pass_symbols.par_chunks(group_points))
-            .enumerate()
-            .try_for_each(|(g, (rows, syms))| {
-                let zeros = syms.iter().filter(|&&s| s == 0).count();
-                let mut v = DecodeVisitor::new(&lq, syms, &exact[starts[g]..starts[g] + zeros])?;
-                visit_rows(&buf, &pass, rows, shape, &st, spline, &mut v);
-                Ok::<(), crate::error::CodecError>(())
-            })?;
+        pass.rows.par_chunks(pass.group_rows()).zip(pass_symbols.par_chunks(group_points)).enumerate().for_each(|(g, (rows, syms))| {
+            let mut v = DecodeVisitor::counted(&lq, syms, &exact[starts[g]..starts[g] + counts[g]]);
+            visit_rows(&buf, &pass, rows, shape, &st, spline, &mut v);
+        });
         sym_pos += pass_symbols.len();
         exact_pos = acc;
     }

@@ -120,7 +120,12 @@ impl<'a, T: Element> DecodeVisitor<'a, T> {
         if unpredictable != exact.len() {
             return Err(corrupt!("{unpredictable} unpredictable symbols but {} stored values", exact.len()));
         }
-        Ok(DecodeVisitor { q: *q, symbols, pos: 0, exact, next_exact: 0 })
+        Ok(Self::counted(q, symbols, exact))
+    }
+
+    /// For callers that already matched `exact` to the 0 symbols (a mismatch would panic).
+    pub fn counted(q: &Quantizer, symbols: &'a [u16], exact: &'a [T]) -> Self {
+        DecodeVisitor { q: *q, symbols, pos: 0, exact, next_exact: 0 }
     }
 }
 
