@@ -63,21 +63,28 @@ fn blocks(shape: &[usize], block: usize) -> Vec<(Vec<usize>, Vec<usize>)> {
     out
 }
 
-/// Visits the block with the linear model's predictions (`coeffs[0]` = intercept at the block origin).
-fn walk_regression<T: Element, V: Visit<T>>(p: &mut Padded<T>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>, v: &mut V) {
+/// Calls `f(start, row_pred)` per row of the block: the row's first padded index and the linear
+/// model at the row's first point (`coeffs[0]` = intercept at the block origin).
+fn model_rows<T: Element>(p: &Padded<T>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>, mut f: impl FnMut(usize, f64)) {
     let nd = extent.len();
-    let n = extent[nd - 1];
     p.row_starts(origin, extent, rows);
     let mut r = 0;
     for_each_index(&extent[..nd - 1], |pos| {
-        let row_pred = coeffs[0] + (0..nd - 1).map(|d| coeffs[d + 1] * pos[d] as f64).sum::<f64>();
-        let start = rows[r];
+        f(rows[r], coeffs[0] + (0..nd - 1).map(|d| coeffs[d + 1] * pos[d] as f64).sum::<f64>());
         r += 1;
-        for k in 0..n {
-            let pred = row_pred + coeffs[nd] * k as f64;
-            p.buf[start + k] = v.visit(p.buf[start + k], pred);
-        }
     });
+}
+
+/// Visits the block with the linear model's predictions.
+fn walk_regression<T: Element, V: Visit<T>>(p: &mut Padded<T>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>, v: &mut V) {
+    let (n, slope) = (extent[extent.len() - 1], coeffs[extent.len()]);
+    let mut starts = Vec::new();
+    model_rows(p, origin, extent, coeffs, rows, |start, row_pred| starts.push((start, row_pred)));
+    for (start, row_pred) in starts {
+        for k in 0..n {
+            p.buf[start + k] = v.visit(p.buf[start + k], row_pred + slope * k as f64);
+        }
+    }
 }
 
 /// Shared walk: `model(block_index, padded, origin, extent)` returns the dequantized
@@ -138,19 +145,13 @@ fn fit<T: Element>(p: &Padded<T>, origin: &[usize], extent: &[usize], rows: &mut
 
 /// Sum of absolute prediction errors of both candidates over the block, from current values.
 fn estimate<T: Element, const K: usize>(p: &Padded<T>, st: &Stencil<K>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>) -> (f64, f64) {
-    let nd = extent.len();
-    let n = extent[nd - 1];
-    p.row_starts(origin, extent, rows);
+    let (n, slope) = (extent[extent.len() - 1], coeffs[extent.len()]);
     let (mut lorenzo, mut regression) = (0.0, 0.0);
-    let mut r = 0;
-    for_each_index(&extent[..nd - 1], |pos| {
-        let row_pred = coeffs[0] + (0..nd - 1).map(|d| coeffs[d + 1] * pos[d] as f64).sum::<f64>();
-        let start = rows[r];
-        r += 1;
+    model_rows(p, origin, extent, coeffs, rows, |start, row_pred| {
         for k in 0..n {
             let x = p.buf[start + k].to_f64();
             lorenzo += (st.predict(&p.buf, start + k) - x).abs();
-            regression += (row_pred + coeffs[nd] * k as f64 - x).abs();
+            regression += (row_pred + slope * k as f64 - x).abs();
         }
     });
     (lorenzo, regression)
