@@ -10,7 +10,7 @@ use std::io::Read;
 
 pub const FRAME_BYTES: usize = 1 << 20;
 
-/// The smallest zstd frame (magic, frame header, one empty block) is longer than this; a frame
+/// The smallest zstd frame (magic, frame header, one empty block) is this long; a frame
 /// claiming fewer bytes is refused before any output is allocated for it.
 const MIN_ZSTD_FRAME: u64 = 9;
 
@@ -69,26 +69,77 @@ pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Vec<u8>> {
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after the last frame", r.remaining()));
     }
-    let mut out = vec![0u8; raw_len as usize];
-    out.par_chunks_mut(FRAME_BYTES).zip(&table).zip(&bodies).try_for_each(|((dst, &(flag, _)), body)| {
-        if flag == 0 {
-            dst.copy_from_slice(body);
-            Ok(())
-        } else {
-            zstd_decompress_into(body, dst)
-        }
-    })?;
+    // Each frame decodes into its own buffer, grown by the bytes it really produces: a frame
+    // that claims more than its data expands to fails before the chunk is ever allocated whole.
+    let parts: Vec<Vec<u8>> = table
+        .par_iter()
+        .zip(&bodies)
+        .enumerate()
+        .map(|(k, (&(flag, _), body))| {
+            let raw = (raw_len - k as u64 * FRAME_BYTES as u64).min(FRAME_BYTES as u64) as usize;
+            if flag == 0 {
+                Ok(body.to_vec())
+            } else {
+                zstd_frame(body, raw)
+            }
+        })
+        .collect::<Result<_>>()?;
+    Ok(parts.concat())
+}
+
+/// Decompresses one zstd frame that must hold exactly `raw` bytes and nothing after it.
+fn zstd_frame(body: &[u8], raw: usize) -> Result<Vec<u8>> {
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| corrupt!("zstd: {e}"))?.single_frame();
+    let mut out = Vec::new();
+    (&mut decoder).take(raw as u64 + 1).read_to_end(&mut out).map_err(|e| corrupt!("zstd frame: {e}"))?;
+    if out.len() != raw {
+        return Err(corrupt!("zstd frame holds {} bytes, not {raw}", out.len()));
+    }
+    if !decoder.finish().is_empty() {
+        return Err(corrupt!("bytes after the zstd frame"));
+    }
     Ok(out)
 }
 
-/// Decompresses one zstd frame that must fill `dst` exactly.
-fn zstd_decompress_into(body: &[u8], dst: &mut [u8]) -> Result<()> {
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| corrupt!("zstd: {e}"))?.single_frame();
-    decoder.read_exact(dst).map_err(|e| corrupt!("zstd frame shorter than its {} bytes: {e}", dst.len()))?;
-    let mut probe = [0u8; 1];
-    match decoder.read(&mut probe) {
-        Ok(0) => Ok(()),
-        Ok(_) => Err(corrupt!("zstd frame longer than its {} bytes", dst.len())),
-        Err(e) => Err(corrupt!("zstd: {e}")),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(raw: &[u8], level: Option<i32>) -> Vec<u8> {
+        pack(raw, |_| level)
+    }
+
+    #[test]
+    fn frames_round_trip_stored_and_zstd() {
+        let raw: Vec<u8> = (0..FRAME_BYTES * 2 + 77).map(|i| (i / 3 % 251) as u8).collect();
+        for level in [None, Some(1), Some(9)] {
+            assert_eq!(unpack(&packed(&raw, level), raw.len() as u64).unwrap(), raw);
+        }
+    }
+
+    #[test]
+    fn a_frame_claiming_more_than_it_holds_is_refused() {
+        // A valid zstd frame of 1000 zeros, filed as a chunk claiming 2 GiB of raw bytes.
+        let body = zstd_compress(&[0u8; 1000], 3);
+        let mut stored = Vec::new();
+        for _ in 0..2048 {
+            stored.push(1);
+            put_varint(&mut stored, body.len() as u64);
+        }
+        for _ in 0..2048 {
+            stored.extend_from_slice(&body);
+        }
+        assert!(matches!(unpack(&stored, 1 << 31), Err(crate::error::CodecError::Corrupt(_))));
+    }
+
+    #[test]
+    fn bytes_after_a_zstd_frame_are_refused() {
+        let raw = vec![7u8; 5000];
+        let mut body = zstd_compress(&raw, 3);
+        body.extend_from_slice(&zstd_compress(&raw, 3));
+        let mut stored = vec![1];
+        put_varint(&mut stored, body.len() as u64);
+        stored.extend_from_slice(&body);
+        assert!(unpack(&stored, raw.len() as u64).is_err());
     }
 }
