@@ -364,7 +364,7 @@ fn encode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order
 /// the unpredictable symbols before it.
 fn decode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order: DimOrder, q: &Quantizer, bounds: LevelBounds, symbols: &[u16], exact: &[T]) -> Result<()> {
     let n = buf.len();
-    if symbols.len() != n || symbols.iter().filter(|&&s| s == 0).count() != exact.len() {
+    if symbols.len() != n || symbols.par_chunks(GROUP_POINTS).map(|g| g.iter().filter(|&&s| s == 0).count()).sum::<usize>() != exact.len() {
         return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
     }
     let st = strides(shape);
