@@ -119,19 +119,15 @@ struct Trials<'a, T> {
 }
 
 impl<T: Element> Trials<'_, T> {
-    fn cost(&mut self, p: &Predictor) -> usize {
-        if let Some(&(_, c)) = self.seen.iter().find(|(s, _)| s == p) {
-            return c;
-        }
-        let c = estimate(p, self.samples, self.q, self.preset);
-        self.seen.push((*p, c));
-        c
-    }
-
+    /// The cheapest of `cands`; candidates not tried yet are estimated in parallel (the
+    /// samples alone are too few to keep every core busy).
     fn cheapest(&mut self, cands: &[Predictor]) -> Predictor {
-        let costs: Vec<usize> = cands.iter().map(|p| self.cost(p)).collect();
-        let best = costs.iter().enumerate().min_by_key(|c| *c.1).map(|(i, _)| i).unwrap_or(0);
-        cands[best]
+        let fresh: Vec<Predictor> = cands.iter().filter(|p| !self.seen.iter().any(|(s, _)| s == *p)).copied().collect();
+        let costs: Vec<usize> = fresh.par_iter().map(|p| estimate(p, self.samples, self.q, self.preset)).collect();
+        self.seen.extend(fresh.into_iter().zip(costs));
+        let cost = |p: &Predictor| self.seen.iter().find(|(s, _)| s == p).map_or(usize::MAX, |&(_, c)| c);
+        // The first of equal costs wins, as the candidates are listed in order of preference.
+        cands.iter().copied().min_by_key(|p| cost(p)).unwrap_or(cands[0])
     }
 }
 
