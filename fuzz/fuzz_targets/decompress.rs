@@ -20,7 +20,9 @@ fn header_end(s: &[u8]) -> Option<usize> {
 
 fn decode(s: &[u8]) {
     let meta = info(s);
-    for result in [decompress::<f32>(s, Some(1)).map(|(v, shape)| (v.len(), shape)), decompress::<f64>(s, Some(1)).map(|(v, shape)| (v.len(), shape))] {
+    for result in
+        [decompress::<f32>(s, Some(1)).map(|(v, shape)| (v.len(), shape)), decompress::<f64>(s, Some(1)).map(|(v, shape)| (v.len(), shape))]
+    {
         if let Ok((len, shape)) = result {
             assert_eq!(Some(len), shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n)));
             assert_eq!(meta.as_ref().map(|m| &m.shape), Ok(&shape));

@@ -9,8 +9,8 @@
 
 use crate::bytes::{put_varint, ByteReader};
 use crate::element::Element;
-use crate::entropy::huffman::Codebook;
 use crate::entropy::frames::{self, zstd_compress};
+use crate::entropy::huffman::Codebook;
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
@@ -24,7 +24,6 @@ use std::borrow::Cow;
 
 /// Symbols per Huffman segment: the unit of parallel entropy coding inside a chunk.
 const SEGMENT_SYMBOLS: usize = 1 << 20;
-
 
 /// Elements per chunk. Interpolation parallelises inside a chunk (the points of one pass are
 /// independent), and chunk seams cost it dearly on smooth data, so it takes the largest chunks
@@ -148,10 +147,13 @@ fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
             }
             h
         })
-        .reduce(|| vec![0u64; alphabet], |mut a, b| {
-            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-            a
-        })
+        .reduce(
+            || vec![0u64; alphabet],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        )
 }
 
 fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
@@ -222,7 +224,17 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
     let mut codebook_bytes = Vec::new();
     codebook.write(&mut codebook_bytes);
     let (chunks, payloads): (Vec<ChunkEntry>, Vec<Vec<u8>>) = encoded.into_iter().unzip();
-    let header = Header { dtype: T::DTYPE, shape: shape.to_vec(), preset: config.preset, bound: config.bound, eb, radius: DEFAULT_RADIUS, chunk_shape, codebook: codebook_bytes, chunks };
+    let header = Header {
+        dtype: T::DTYPE,
+        shape: shape.to_vec(),
+        preset: config.preset,
+        bound: config.bound,
+        eb,
+        radius: DEFAULT_RADIUS,
+        chunk_shape,
+        codebook: codebook_bytes,
+        chunks,
+    };
     Ok(Stream::write(&header, &payloads))
 }
 
@@ -247,7 +259,8 @@ fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebo
     let exact: Vec<T> = exact_bytes.chunks_exact(T::BYTES).map(T::read_le).collect();
     let n_segments = n.div_ceil(SEGMENT_SYMBOLS);
     let mut segments = Vec::with_capacity(n_segments.min(r.remaining()));
-    let lengths: Vec<usize> = (0..n_segments).map(|_| r.bounded_varint(r.remaining() as u64, "segment length").map(|l| l as usize)).collect::<Result<_>>()?;
+    let lengths: Vec<usize> =
+        (0..n_segments).map(|_| r.bounded_varint(r.remaining() as u64, "segment length").map(|l| l as usize)).collect::<Result<_>>()?;
     for (k, len) in lengths.into_iter().enumerate() {
         let bits = r.take(len, "Huffman segment")?;
         // Every symbol costs at least one bit: refuse to allocate symbols the bits cannot hold.
@@ -284,7 +297,8 @@ pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
     let boxes = if n == 0 { Vec::new() } else { chunk_boxes(&h.shape, &h.chunk_shape) };
     // Undo the lossless stage first: the output is only allocated once every chunk proved to
     // carry at least the bits its elements need.
-    let raws: Vec<Vec<u8>> = s.payloads.par_iter().zip(&h.chunks).map(|(&stored, c)| frames::unpack(stored, c.raw_len)).collect::<Result<_>>()?;
+    let raws: Vec<Vec<u8>> =
+        s.payloads.par_iter().zip(&h.chunks).map(|(&stored, c)| frames::unpack(stored, c.raw_len)).collect::<Result<_>>()?;
     for (raw, b) in raws.iter().zip(&boxes) {
         if (raw.len() as u64) * 8 < b.len() as u64 {
             return Err(corrupt!("chunk of {} bytes cannot hold {} symbols", raw.len(), b.len()));

@@ -2,7 +2,6 @@
 //! coded boxes (the unit of parallelism and of random access), and copies between an array
 //! and one of its chunks.
 
-
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
@@ -31,7 +30,10 @@ pub fn chunk_shape(shape: &[usize], target: usize) -> Vec<usize> {
     let mut chunk: Vec<usize> = shape.iter().map(|&n| n.min(1 << edge_log2).max(1)).collect();
     // Give back the budget unused by short dimensions to the long ones, fastest dimension first.
     for dim in (0..shape.len()).rev() {
-        while num_elements(&chunk) * 2 <= target && chunk[dim] * 2 <= shape[dim].checked_next_power_of_two().unwrap_or(usize::MAX) && chunk[dim] < shape[dim] {
+        while num_elements(&chunk) * 2 <= target
+            && chunk[dim] * 2 <= shape[dim].checked_next_power_of_two().unwrap_or(usize::MAX)
+            && chunk[dim] < shape[dim]
+        {
             chunk[dim] = (chunk[dim] * 2).min(shape[dim]);
         }
     }

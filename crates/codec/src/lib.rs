@@ -13,11 +13,11 @@
 pub mod element;
 pub mod error;
 
+mod bytes;
 mod compressor;
 mod entropy;
 mod grid;
 mod nonfinite;
-mod bytes;
 mod predictor;
 mod quantizer;
 mod selection;

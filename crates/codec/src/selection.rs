@@ -1,10 +1,10 @@
 //! Chooses the predictor for a field by trying the candidates on sample boxes spread over the
 //! array and keeping the one whose quantization codes have the lowest estimated size.
 
-use crate::element::Element;
-use crate::entropy::huffman::Codebook;
 use crate::compressor::zstd_level_for;
+use crate::element::Element;
 use crate::entropy::frames::zstd_compress;
+use crate::entropy::huffman::Codebook;
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
 use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
@@ -21,7 +21,6 @@ const TUNING_BOX_ELEMENTS: usize = 1 << 18;
 const SAMPLE_FRACTION: f64 = 0.01;
 const MIN_SAMPLE_ELEMENTS: usize = 1 << 17;
 const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
-
 
 fn interpolation(spline: Spline, order: DimOrder) -> Predictor {
     Predictor::Interpolation { spline, order, bounds: LevelBounds::all().next().expect("a default tuning") }
@@ -139,7 +138,10 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
         return cands[0];
     }
     let samples = |box_elements| -> Vec<(Vec<T>, Vec<usize>)> {
-        sample_boxes(shape, box_elements).iter().map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone())).collect()
+        sample_boxes(shape, box_elements)
+            .iter()
+            .map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone()))
+            .collect()
     };
     let preset = config.preset;
     let family = samples(FAMILY_BOX_ELEMENTS);

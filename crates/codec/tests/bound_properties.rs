@@ -132,17 +132,26 @@ enum Pattern {
     /// +x, -x, +x, ... over the flattened array.
     Alternating(Scalar),
     /// `offset + amplitude * (sum of sines)`, with a spike of `spike` every ~`spike_every`.
-    Smooth { offset: Scalar, amplitude: Scalar, spike: Scalar, spike_every: usize },
+    Smooth {
+        offset: Scalar,
+        amplitude: Scalar,
+        spike: Scalar,
+        spike_every: usize,
+    },
     /// Magnitudes near the type's maximum next to subnormals and ordinary values.
     HugeAndTiny,
     /// Mostly zeros, and ±2^e: with a power-of-two bound, residuals land exactly on bin edges.
     PowersOfTwo,
     /// `10^offset_log10 + U[0, 1)`: a range far below the magnitudes, where computing a relative
     /// bound in floating point can round it up.
-    OffsetNoise { offset_log10: i32 },
+    OffsetNoise {
+        offset_log10: i32,
+    },
     AllNan,
     /// NaN except about one element in `finite_every`, which follows a smooth field.
-    MostlyNan { finite_every: usize },
+    MostlyNan {
+        finite_every: usize,
+    },
 }
 
 fn build<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64) -> Vec<T> {
@@ -213,10 +222,17 @@ fn build<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64) -> Vec<T> {
 #[derive(Clone, Copy, Debug)]
 enum BoundRequest {
     /// `10^log10` times the data's scale (range, else largest magnitude, else 1), or times 1.
-    Absolute { log10: f64, scaled: bool },
-    Relative { log10: f64 },
+    Absolute {
+        log10: f64,
+        scaled: bool,
+    },
+    Relative {
+        log10: f64,
+    },
     /// `2^exp`, so that bins and their edges are exact in floating point.
-    PowerOfTwo { exp: i32 },
+    PowerOfTwo {
+        exp: i32,
+    },
 }
 
 /// (min, max) over the finite values, or None if there are none.
@@ -280,17 +296,37 @@ fn check_round_trip<T: Float>(data: &[T], shape: &[usize], config: &Config) -> R
     let requested = requested_bound(data, config.bound);
 
     let (out, out_shape) = decompress::<T>(&stream, Some(1)).map_err(|e| TestCaseError::fail(format!("decompress failed: {e}")))?;
-    let (out_dual, _) = decompress::<T>(&stream, Some(2)).map_err(|e| TestCaseError::fail(format!("decompress (2 threads) failed: {e}")))?;
+    let (out_dual, _) =
+        decompress::<T>(&stream, Some(2)).map_err(|e| TestCaseError::fail(format!("decompress (2 threads) failed: {e}")))?;
     prop_assert_eq!(&out_shape, &shape.to_vec());
     prop_assert_eq!(out.len(), data.len());
-    prop_assert!(out.iter().zip(&out_dual).all(|(a, b)| a.to_bits_u64() == b.to_bits_u64()), "the decoded values depend on the thread count");
+    prop_assert!(
+        out.iter().zip(&out_dual).all(|(a, b)| a.to_bits_u64() == b.to_bits_u64()),
+        "the decoded values depend on the thread count"
+    );
 
     for (i, (&x, &y)) in data.iter().zip(&out).enumerate() {
         if !x.is_finite() || meta.abs_bound == 0.0 {
-            prop_assert_eq!(x.to_bits_u64(), y.to_bits_u64(), "element {}: {} decoded as {} (abs_bound {})", i, hex(x), hex(y), meta.abs_bound);
+            prop_assert_eq!(
+                x.to_bits_u64(),
+                y.to_bits_u64(),
+                "element {}: {} decoded as {} (abs_bound {})",
+                i,
+                hex(x),
+                hex(y),
+                meta.abs_bound
+            );
         } else {
             let err = (y.to_f64() - x.to_f64()).abs();
-            prop_assert!(err <= meta.abs_bound, "element {}: {} decoded as {}, error {:e} > abs_bound {:e}", i, hex(x), hex(y), err, meta.abs_bound);
+            prop_assert!(
+                err <= meta.abs_bound,
+                "element {}: {} decoded as {}, error {:e} > abs_bound {:e}",
+                i,
+                hex(x),
+                hex(y),
+                err,
+                meta.abs_bound
+            );
             prop_assert!(
                 err <= requested,
                 "element {}: {} decoded as {}, error {:e} > requested bound {:e} (abs_bound {:e})",
@@ -303,7 +339,10 @@ fn check_round_trip<T: Float>(data: &[T], shape: &[usize], config: &Config) -> R
             );
         }
     }
-    prop_assert!(matches!(decompress::<T::Other>(&stream, None), Err(CodecError::InvalidInput(_))), "decoding as the other element type must be refused");
+    prop_assert!(
+        matches!(decompress::<T::Other>(&stream, None), Err(CodecError::InvalidInput(_))),
+        "decoding as the other element type must be refused"
+    );
     Ok(())
 }
 
@@ -363,7 +402,10 @@ fn config(bound: ErrorBound, preset: Preset, predictor: Option<PredictorKind>) -
 }
 
 fn proptest_config() -> ProptestConfig {
-    ProptestConfig { failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))), ..ProptestConfig::default() }
+    ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    }
 }
 
 fn bounded<T: Float>(
@@ -380,7 +422,13 @@ fn bounded<T: Float>(
 
 /// Mostly zeros, and values whose residual against a zero prediction is a bin index at an
 /// integer limit (the bin radius, 2^53, 2^63), on a bin centre or on a bin edge.
-fn bin_limits<T: Float>(shape: &[usize], exp: i32, seed: u64, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
+fn bin_limits<T: Float>(
+    shape: &[usize],
+    exp: i32,
+    seed: u64,
+    preset: Preset,
+    predictor: Option<PredictorKind>,
+) -> Result<(), TestCaseError> {
     const BINS: [f64; 10] = [
         9_223_372_036_854_775_808.0,
         9_223_372_036_854_774_784.0,
@@ -410,18 +458,32 @@ fn bin_limits<T: Float>(shape: &[usize], exp: i32, seed: u64, preset: Preset, pr
 
 /// A range far below the magnitudes, with bounds up to the whole range: the relative bound
 /// must be resolved against `max - min` without rounding it up.
-fn offset_range(shape: &[usize], offset_log10: i32, rel_log10: f64, seed: u64, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
+fn offset_range(
+    shape: &[usize],
+    offset_log10: i32,
+    rel_log10: f64,
+    seed: u64,
+    preset: Preset,
+    predictor: Option<PredictorKind>,
+) -> Result<(), TestCaseError> {
     let data = build::<f64>(&Pattern::OffsetNoise { offset_log10 }, shape, seed);
     check_round_trip(&data, shape, &config(ErrorBound::Relative(10f64.powf(rel_log10)), preset, predictor))
 }
 
-fn lossless<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
+fn lossless<T: Float>(
+    pattern: &Pattern,
+    shape: &[usize],
+    seed: u64,
+    preset: Preset,
+    predictor: Option<PredictorKind>,
+) -> Result<(), TestCaseError> {
     let data = build::<T>(pattern, shape, seed);
     check_round_trip(&data, shape, &config(ErrorBound::Absolute(0.0), preset, predictor))
 }
 
 fn empty<T: Float>(shape: &[usize], bound: ErrorBound, preset: Preset, predictor: Option<PredictorKind>) -> Result<(), TestCaseError> {
-    let stream = compress::<T>(&[], shape, &config(bound, preset, predictor)).map_err(|e| TestCaseError::fail(format!("compress failed: {e}")))?;
+    let stream =
+        compress::<T>(&[], shape, &config(bound, preset, predictor)).map_err(|e| TestCaseError::fail(format!("compress failed: {e}")))?;
     let meta = info(&stream).map_err(|e| TestCaseError::fail(format!("info failed: {e}")))?;
     prop_assert_eq!(&meta.shape, &shape.to_vec());
     let (out, out_shape) = decompress::<T>(&stream, None).map_err(|e| TestCaseError::fail(format!("decompress failed: {e}")))?;
@@ -461,7 +523,13 @@ fn shape_check<T: Float>(shape: &[usize], len: usize, preset: Preset, predictor:
     if valid {
         prop_assert!(result.is_ok(), "{:?}", result.err());
     } else {
-        prop_assert!(matches!(result, Err(CodecError::InvalidInput(_))), "shape {:?} with {} elements: {:?}", shape, len, result.map(|s| s.len()));
+        prop_assert!(
+            matches!(result, Err(CodecError::InvalidInput(_))),
+            "shape {:?} with {} elements: {:?}",
+            shape,
+            len,
+            result.map(|s| s.len())
+        );
     }
     Ok(())
 }
@@ -568,7 +636,15 @@ fn invalid_requests_are_refused<T: Float>() {
         assert!(invalid(compress(&data[..n.min(24)], shape, &ok)), "{shape:?}");
     }
     assert!(invalid(compress::<T>(&[], &[], &ok)));
-    for (shape, len) in [(&[25][..], 24), (&[4, 5], 24), (&[2, 3, 4], 23), (&[usize::MAX, 2], 24), (&[usize::MAX, usize::MAX, 2, 2], 24), (&[0, 1], 24), (&[24, 1], 0)] {
+    for (shape, len) in [
+        (&[25][..], 24),
+        (&[4, 5], 24),
+        (&[2, 3, 4], 23),
+        (&[usize::MAX, 2], 24),
+        (&[usize::MAX, usize::MAX, 2, 2], 24),
+        (&[0, 1], 24),
+        (&[24, 1], 0),
+    ] {
         assert!(invalid(compress(&data[..len], shape, &ok)), "{shape:?} with {len} elements");
     }
     for threads in [Some(0), Some(1025), Some(usize::MAX)] {
@@ -600,7 +676,12 @@ fn multi_chunk_arrays_are_deterministic_and_bounded() {
     for i in (0..data.len()).step_by(9973) {
         data[i] = f32::NAN;
     }
-    let configs = [(Preset::Speed, None), (Preset::Ratio, Some(PredictorKind::Lorenzo)), (Preset::Ratio, Some(PredictorKind::Regression)), (Preset::Ratio, None)];
+    let configs = [
+        (Preset::Speed, None),
+        (Preset::Ratio, Some(PredictorKind::Lorenzo)),
+        (Preset::Ratio, Some(PredictorKind::Regression)),
+        (Preset::Ratio, None),
+    ];
     for (preset, predictor) in configs {
         let config = config(ErrorBound::Relative(1e-4), preset, predictor);
         let meta = info(&compress(&data, &shape, &config).unwrap()).unwrap();

@@ -167,10 +167,16 @@ fn check(input: &[u8]) -> Result<Outcome, TestCaseError> {
             let _ = worker.join();
             outcome
         }
-        Err(mpsc::RecvTimeoutError::Timeout) => return Err(TestCaseError::fail(format!("no answer within {TIME_BUDGET:?} for input {}", hex(&input)))),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            return Err(TestCaseError::fail(format!("no answer within {TIME_BUDGET:?} for input {}", hex(&input))))
+        }
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             let payload = worker.join().expect_err("the worker ended without an answer");
-            let message = payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
             return Err(TestCaseError::fail(format!("decoder panicked ({message}) on input {}", hex(&input))));
         }
     };
@@ -188,7 +194,9 @@ fn check(input: &[u8]) -> Result<Outcome, TestCaseError> {
                 prop_assert_eq!(shape, &meta.shape);
                 prop_assert_eq!(Some(*len), shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n)));
             }
-            (Ok(_), Err(e)) => return Err(TestCaseError::fail(format!("decoded as {dtype:?} but info failed ({e}) on input {}", hex(&input)))),
+            (Ok(_), Err(e)) => {
+                return Err(TestCaseError::fail(format!("decoded as {dtype:?} but info failed ({e}) on input {}", hex(&input))))
+            }
             (Err(CodecError::InvalidInput(m)), Ok(meta)) => {
                 prop_assert!(meta.dtype != dtype, "{:?}: InvalidInput ({}) on a {:?} stream: {}", dtype, m, meta.dtype, hex(&input))
             }
@@ -387,7 +395,10 @@ impl Parts {
     /// Replaces chunk `k` by `raw`, its frames stored as is or through zstd, with consistent
     /// lengths.
     fn set_raw(&mut self, k: usize, raw: &[u8], zstd: bool) {
-        let frames: Vec<Vec<u8>> = raw.chunks(FRAME_BYTES).map(|f| if zstd { zstd::bulk::compress(f, 1).expect("zstd into memory") } else { f.to_vec() }).collect();
+        let frames: Vec<Vec<u8>> = raw
+            .chunks(FRAME_BYTES)
+            .map(|f| if zstd { zstd::bulk::compress(f, 1).expect("zstd into memory") } else { f.to_vec() })
+            .collect();
         let mut payload = Vec::new();
         for f in &frames {
             payload.push(u8::from(zstd));
@@ -645,24 +656,40 @@ fn hostile_f64() -> impl Strategy<Value = f64> {
 #[derive(Clone, Debug)]
 enum HeaderEdit {
     /// Magic, version, dtype, ndim, preset, bound mode or a reserved byte.
-    Lead { at: Index, value: u8 },
+    Lead {
+        at: Index,
+        value: u8,
+    },
     Bound(f64),
     Eb(f64),
     Radius(u32),
-    Dim { at: Index, value: u64 },
+    Dim {
+        at: Index,
+        value: u64,
+    },
     /// A new shape and chunk shape, with the chunk table resized to the new grid (entries and
     /// payloads repeated from the original, at most `MAX_GRID_ENTRIES` written).
-    Grid { shape: Vec<u64>, chunk: Vec<u64> },
+    Grid {
+        shape: Vec<u64>,
+        chunk: Vec<u64>,
+    },
     Codebook(Vec<ByteEdit>),
     ChunkCount(u64),
-    Entry { at: Index, predictor: Option<u8>, stored_len: Option<u64>, raw_len: Option<u64> },
+    Entry {
+        at: Index,
+        predictor: Option<u8>,
+        stored_len: Option<u64>,
+        raw_len: Option<u64>,
+    },
 }
 
 const MAX_GRID_ENTRIES: u64 = 64;
 
 fn header_edits() -> impl Strategy<Value = HeaderEdit> {
     let dim = prop_oneof![4 => 0u64..=40, 1 => hostile_u64()];
-    let dims = (1usize..=4).prop_flat_map(move |nd| (prop::collection::vec(dim.clone(), nd), prop::collection::vec(prop_oneof![3 => 1u64..=16, 1 => hostile_u64()], nd)));
+    let dims = (1usize..=4).prop_flat_map(move |nd| {
+        (prop::collection::vec(dim.clone(), nd), prop::collection::vec(prop_oneof![3 => 1u64..=16, 1 => hostile_u64()], nd))
+    });
     prop_oneof![
         3 => (any::<Index>(), prop_oneof![0u8..=5, any::<u8>()]).prop_map(|(at, value)| HeaderEdit::Lead { at, value }),
         1 => hostile_f64().prop_map(HeaderEdit::Bound),
@@ -692,7 +719,10 @@ fn apply_header_edit(p: &mut Parts, edit: &HeaderEdit) {
         HeaderEdit::Grid { shape, chunk } => {
             p.lead[NDIM_AT] = shape.len() as u8;
             p.dims = shape.iter().chain(chunk).copied().collect();
-            let grid = shape.iter().zip(chunk).try_fold(1u64, |acc, (&n, &c)| acc.checked_mul(n.checked_div(c)? + u64::from(c != 0 && n % c != 0)));
+            let grid = shape
+                .iter()
+                .zip(chunk)
+                .try_fold(1u64, |acc, (&n, &c)| acc.checked_mul(n.checked_div(c)? + u64::from(c != 0 && n % c != 0)));
             p.n_chunks = grid.unwrap_or(u64::MAX);
             let written = p.n_chunks.min(MAX_GRID_ENTRIES) as usize;
             let (entries, payloads) = (p.entries.clone(), p.payloads.clone());
@@ -725,11 +755,20 @@ fn apply_header_edit(p: &mut Parts, edit: &HeaderEdit) {
 /// An edit of one chunk's bytes before the lossless stage.
 #[derive(Clone, Debug)]
 enum ChunkEdit {
-    Bytes { field: Field, edit: ByteEdit },
+    Bytes {
+        field: Field,
+        edit: ByteEdit,
+    },
     /// Rewrites a count or length varint.
-    Varint { field: Field, value: u64 },
+    Varint {
+        field: Field,
+        value: u64,
+    },
     /// Moves a count or length varint by a small amount, to land just past a limit.
-    Nudge { field: Field, delta: i64 },
+    Nudge {
+        field: Field,
+        delta: i64,
+    },
     Truncate(Index),
     Append(Vec<u8>),
 }

@@ -1,7 +1,7 @@
 //! The `amrzip._core` extension module: a thin layer from numpy arrays and bytes to the Rust
 //! codec. Argument checking that needs Python types lives in `python/amrzip/codec.py`.
 
-use amrzip_codec::{self as codec, CodecError, Config, DType, Element, ErrorBound, Preset, PredictorKind};
+use amrzip_codec::{self as codec, CodecError, Config, DType, Element, ErrorBound, PredictorKind, Preset};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -34,7 +34,11 @@ fn config(bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, pr
     Ok(Config { bound, preset, threads, predictor })
 }
 
-fn compress_typed<'py, T: Element + numpy::Element>(py: Python<'py>, array: &Bound<'py, PyAny>, cfg: &Config) -> PyResult<Bound<'py, PyBytes>> {
+fn compress_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    array: &Bound<'py, PyAny>,
+    cfg: &Config,
+) -> PyResult<Bound<'py, PyBytes>> {
     let array: PyReadonlyArrayDyn<T> = array.extract()?;
     let shape = array.shape().to_vec();
     let data = array.as_slice().map_err(|_| PyValueError::new_err("array must be C-contiguous"))?;
@@ -45,7 +49,15 @@ fn compress_typed<'py, T: Element + numpy::Element>(py: Python<'py>, array: &Bou
 /// compress(array, bound_mode, bound, preset, threads=None, predictor=None) -> bytes
 #[pyfunction]
 #[pyo3(signature = (array, bound_mode, bound, preset, threads=None, predictor=None))]
-fn compress<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, predictor: Option<&str>) -> PyResult<Bound<'py, PyBytes>> {
+fn compress<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyAny>,
+    bound_mode: &str,
+    bound: f64,
+    preset: &str,
+    threads: Option<usize>,
+    predictor: Option<&str>,
+) -> PyResult<Bound<'py, PyBytes>> {
     let cfg = config(bound_mode, bound, preset, threads, predictor)?;
     if array.extract::<PyReadonlyArrayDyn<f32>>().is_ok() {
         compress_typed::<f32>(py, array, &cfg)
@@ -54,10 +66,16 @@ fn compress<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, bound_mode: &str, b
     }
 }
 
-fn decompress_typed<'py, T: Element + numpy::Element>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+fn decompress_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    data: &[u8],
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
     let (values, shape) = py.detach(|| codec::decompress::<T>(data, threads)).map_err(to_py)?;
     // numpy bounds the product of the non-empty dimensions too; such a stream is not ours.
-    PyArray1::from_vec(py, values).reshape(shape.clone()).map_err(|e| CorruptStreamError::new_err(format!("shape {shape:?} cannot be a numpy array: {e}")))
+    PyArray1::from_vec(py, values)
+        .reshape(shape.clone())
+        .map_err(|e| CorruptStreamError::new_err(format!("shape {shape:?} cannot be a numpy array: {e}")))
 }
 
 /// decompress(data, threads=None) -> numpy.ndarray
@@ -77,10 +95,13 @@ fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("dtype", i.dtype.name())?;
     d.set_item("shape", i.shape.clone())?;
-    d.set_item("mode", match i.preset {
-        Preset::Ratio => "ratio",
-        Preset::Speed => "speed",
-    })?;
+    d.set_item(
+        "mode",
+        match i.preset {
+            Preset::Ratio => "ratio",
+            Preset::Speed => "speed",
+        },
+    )?;
     let (kind, value) = match i.bound {
         ErrorBound::Absolute(v) => ("abs", v),
         ErrorBound::Relative(v) => ("rel", v),

@@ -79,8 +79,7 @@ impl Codebook {
     /// Panics if `freq.len()` exceeds 65536 (symbols are `u16`).
     pub fn from_histogram(freq: &[u64]) -> Codebook {
         assert!(freq.len() <= MAX_ALPHABET, "Huffman alphabet of {} symbols exceeds 65536", freq.len());
-        let mut used: Vec<(u64, u16)> =
-            freq.iter().enumerate().filter(|&(_, &f)| f > 0).map(|(s, &f)| (f, s as u16)).collect();
+        let mut used: Vec<(u64, u16)> = freq.iter().enumerate().filter(|&(_, &f)| f > 0).map(|(s, &f)| (f, s as u16)).collect();
         let first = used.first().map_or(0, |&(_, s)| s as usize);
         let mut lens = vec![0u8; used.last().map_or(0, |&(_, s)| s as usize + 1 - first)];
         match used.len() {
@@ -176,13 +175,8 @@ impl Codebook {
 
     /// Appends the serialized codebook (layout in the module docs) to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
-        let lens: Vec<(usize, u32)> = self
-            .enc
-            .iter()
-            .enumerate()
-            .filter(|&(_, &e)| e != 0)
-            .map(|(i, &e)| (self.enc_first + i, e >> MAX_CODE_LEN))
-            .collect();
+        let lens: Vec<(usize, u32)> =
+            self.enc.iter().enumerate().filter(|&(_, &e)| e != 0).map(|(i, &e)| (self.enc_first + i, e >> MAX_CODE_LEN)).collect();
         let mut runs: Vec<(usize, usize)> = Vec::new(); // (first, last)
         for &(s, _) in &lens {
             match runs.last_mut() {
@@ -586,12 +580,7 @@ mod tests {
 
     /// (symbol, code length) of every used symbol.
     fn lengths(cb: &Codebook) -> Vec<(usize, u32)> {
-        cb.enc
-            .iter()
-            .enumerate()
-            .filter(|&(_, &e)| e != 0)
-            .map(|(i, &e)| (cb.enc_first + i, e >> MAX_CODE_LEN))
-            .collect()
+        cb.enc.iter().enumerate().filter(|&(_, &e)| e != 0).map(|(i, &e)| (cb.enc_first + i, e >> MAX_CODE_LEN)).collect()
     }
 
     fn kraft(cb: &Codebook) -> u64 {
@@ -714,9 +703,8 @@ mod tests {
     #[test]
     fn full_alphabet() {
         // Peaked at 32768, every symbol present.
-        let symbols: Vec<u16> = (0..=u16::MAX)
-            .chain((0..200_000u32).map(|i| (32768 + (i.wrapping_mul(2654435761) >> 27) as i32 - 16) as u16))
-            .collect();
+        let symbols: Vec<u16> =
+            (0..=u16::MAX).chain((0..200_000u32).map(|i| (32768 + (i.wrapping_mul(2654435761) >> 27) as i32 - 16) as u16)).collect();
         let cb = round_trip(&symbols, 65536);
         assert_eq!(cb.used_symbols(), 65536);
     }

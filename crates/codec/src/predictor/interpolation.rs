@@ -317,7 +317,15 @@ fn passes(shape: &[usize], order: DimOrder) -> impl Iterator<Item = Pass> + '_ {
 
 /// Visits one group of rows of a pass.
 #[inline(always)]
-fn visit_rows<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, pass: &Pass, rows: &[(usize, usize)], shape: &[usize], st: &[usize], spline: Spline, v: &mut V) {
+fn visit_rows<T: Element, V: Visit<T>>(
+    buf: &SharedBuf<T>,
+    pass: &Pass,
+    rows: &[(usize, usize)],
+    shape: &[usize],
+    st: &[usize],
+    spline: Spline,
+    v: &mut V,
+) {
     let nd = shape.len();
     let cs = &pass.coords[nd - 1];
     for &(base, x) in rows {
@@ -333,7 +341,14 @@ fn visit_rows<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, pass: &Pass, rows: &[
 /// Encodes the chunk. Each pass's rows are spread over the thread pool in fixed groups, each
 /// quantizing straight into its part of the symbol array; the exact values are concatenated in
 /// group order, so the stream does not depend on the number of threads.
-fn encode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order: DimOrder, q: &Quantizer, bounds: LevelBounds) -> (Vec<u16>, Vec<T>) {
+fn encode_walk<T: Element>(
+    buf: &mut [T],
+    shape: &[usize],
+    spline: Spline,
+    order: DimOrder,
+    q: &Quantizer,
+    bounds: LevelBounds,
+) -> (Vec<u16>, Vec<T>) {
     let st = strides(shape);
     let mut symbols = vec![0u16; buf.len()];
     let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
@@ -362,7 +377,16 @@ fn encode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
 /// the unpredictable symbols before it.
-fn decode_walk<T: Element>(buf: &mut [T], shape: &[usize], spline: Spline, order: DimOrder, q: &Quantizer, bounds: LevelBounds, symbols: &[u16], exact: &[T]) -> Result<()> {
+fn decode_walk<T: Element>(
+    buf: &mut [T],
+    shape: &[usize],
+    spline: Spline,
+    order: DimOrder,
+    q: &Quantizer,
+    bounds: LevelBounds,
+    symbols: &[u16],
+    exact: &[T],
+) -> Result<()> {
     let n = buf.len();
     if symbols.len() != n || symbols.par_chunks(GROUP_POINTS).map(|g| g.iter().filter(|&&s| s == 0).count()).sum::<usize>() != exact.len() {
         return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
@@ -431,7 +455,19 @@ mod tests {
 
     #[test]
     fn passes_visit_every_point_but_the_first_exactly_once() {
-        for shape in [vec![1usize], vec![2], vec![3], vec![17], vec![256], vec![5, 1], vec![1, 7], vec![9, 6], vec![2, 2, 2], vec![33, 5, 17], vec![3, 4, 5, 6]] {
+        for shape in [
+            vec![1usize],
+            vec![2],
+            vec![3],
+            vec![17],
+            vec![256],
+            vec![5, 1],
+            vec![1, 7],
+            vec![9, 6],
+            vec![2, 2, 2],
+            vec![33, 5, 17],
+            vec![3, 4, 5, 6],
+        ] {
             for order in [DimOrder::Forward, DimOrder::Backward] {
                 let st = strides(&shape);
                 let n: usize = shape.iter().product();

@@ -113,7 +113,14 @@ macro_rules! with_stencil {
 pub(crate) use with_stencil;
 
 /// Visits the sub-box (`origin`, `extent`) of the padded chunk in C order with Lorenzo predictions.
-pub fn walk_box<T: Element, V: Visit<T>, const K: usize>(p: &mut Padded<T>, st: &Stencil<K>, origin: &[usize], extent: &[usize], rows: &mut Vec<usize>, v: &mut V) {
+pub fn walk_box<T: Element, V: Visit<T>, const K: usize>(
+    p: &mut Padded<T>,
+    st: &Stencil<K>,
+    origin: &[usize],
+    extent: &[usize],
+    rows: &mut Vec<usize>,
+    v: &mut V,
+) {
     let n = extent[extent.len() - 1];
     p.row_starts(origin, extent, rows);
     for &start in rows.iter() {

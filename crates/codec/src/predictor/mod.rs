@@ -154,7 +154,14 @@ pub fn encode<T: Element>(p: &Predictor, data: &[T], shape: &[usize], q: &Quanti
 }
 
 /// Rebuilds one chunk from its symbols, exact values and side information.
-pub fn decode<T: Element>(kind: PredictorKind, shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+pub fn decode<T: Element>(
+    kind: PredictorKind,
+    shape: &[usize],
+    q: &Quantizer,
+    symbols: &[u16],
+    exact: &[T],
+    side: &[u8],
+) -> Result<Vec<T>> {
     match kind {
         PredictorKind::Lorenzo => lorenzo::decode(shape, q, symbols, exact, side),
         PredictorKind::Regression => regression::decode(shape, q, symbols, exact, side),

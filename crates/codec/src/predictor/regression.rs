@@ -65,7 +65,14 @@ fn blocks(shape: &[usize], block: usize) -> Vec<(Vec<usize>, Vec<usize>)> {
 
 /// Calls `f(start, row_pred)` per row of the block: the row's first padded index and the linear
 /// model at the row's first point (`coeffs[0]` = intercept at the block origin).
-fn model_rows<T: Element>(p: &Padded<T>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>, mut f: impl FnMut(usize, f64)) {
+fn model_rows<T: Element>(
+    p: &Padded<T>,
+    origin: &[usize],
+    extent: &[usize],
+    coeffs: &[f64],
+    rows: &mut Vec<usize>,
+    mut f: impl FnMut(usize, f64),
+) {
     let nd = extent.len();
     p.row_starts(origin, extent, rows);
     let mut r = 0;
@@ -76,7 +83,14 @@ fn model_rows<T: Element>(p: &Padded<T>, origin: &[usize], extent: &[usize], coe
 }
 
 /// Visits the block with the linear model's predictions.
-fn walk_regression<T: Element, V: Visit<T>>(p: &mut Padded<T>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>, v: &mut V) {
+fn walk_regression<T: Element, V: Visit<T>>(
+    p: &mut Padded<T>,
+    origin: &[usize],
+    extent: &[usize],
+    coeffs: &[f64],
+    rows: &mut Vec<usize>,
+    v: &mut V,
+) {
     let (n, slope) = (extent[extent.len() - 1], coeffs[extent.len()]);
     let mut starts = Vec::new();
     model_rows(p, origin, extent, coeffs, rows, |start, row_pred| starts.push((start, row_pred)));
@@ -89,7 +103,12 @@ fn walk_regression<T: Element, V: Visit<T>>(p: &mut Padded<T>, origin: &[usize],
 
 /// Shared walk: `model(block_index, padded, origin, extent)` returns the dequantized
 /// coefficients when the block uses regression.
-fn walk<T: Element, V: Visit<T>>(p: &mut Padded<T>, block: usize, mut model: impl FnMut(usize, &Padded<T>, &[usize], &[usize]) -> Option<Vec<f64>>, v: &mut V) {
+fn walk<T: Element, V: Visit<T>>(
+    p: &mut Padded<T>,
+    block: usize,
+    mut model: impl FnMut(usize, &Padded<T>, &[usize], &[usize]) -> Option<Vec<f64>>,
+    v: &mut V,
+) {
     let strides = p.strides.clone();
     let shape = p.shape.clone();
     let mut rows = Vec::new();
@@ -144,7 +163,14 @@ fn fit<T: Element>(p: &Padded<T>, origin: &[usize], extent: &[usize], rows: &mut
 }
 
 /// Sum of absolute prediction errors of both candidates over the block, from current values.
-fn estimate<T: Element, const K: usize>(p: &Padded<T>, st: &Stencil<K>, origin: &[usize], extent: &[usize], coeffs: &[f64], rows: &mut Vec<usize>) -> (f64, f64) {
+fn estimate<T: Element, const K: usize>(
+    p: &Padded<T>,
+    st: &Stencil<K>,
+    origin: &[usize],
+    extent: &[usize],
+    coeffs: &[f64],
+    rows: &mut Vec<usize>,
+) -> (f64, f64) {
     let (n, slope) = (extent[extent.len() - 1], coeffs[extent.len()]);
     let (mut lorenzo, mut regression) = (0.0, 0.0);
     model_rows(p, origin, extent, coeffs, rows, |start, row_pred| {
@@ -223,7 +249,8 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact
         }
         let mut coeffs = Vec::with_capacity(nd + 1);
         for (c, prev) in previous.iter_mut().enumerate() {
-            *prev = prev.checked_add(r.signed_varint("regression coefficient")?).ok_or_else(|| corrupt!("regression coefficient overflows"))?;
+            *prev =
+                prev.checked_add(r.signed_varint("regression coefficient")?).ok_or_else(|| corrupt!("regression coefficient overflows"))?;
             coeffs.push(*prev as f64 * grids.step(c));
         }
         models.push(Some(coeffs));
