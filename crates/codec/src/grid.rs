@@ -76,7 +76,7 @@ pub fn chunk_boxes(shape: &[usize], chunk: &[usize]) -> Vec<ChunkBox> {
 
 /// Calls `f` with every multi-index of a box of `extent`, in C order (last index fastest).
 pub fn for_each_index(extent: &[usize], mut f: impl FnMut(&[usize])) {
-    if extent.iter().any(|&n| n == 0) {
+    if extent.contains(&0) {
         return;
     }
     let mut pos = vec![0usize; extent.len()];

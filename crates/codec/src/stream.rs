@@ -121,7 +121,7 @@ impl Header {
         if chunk_shape.iter().zip(&shape).any(|(&c, &n)| c == 0 || (n > 0 && c > n)) {
             return Err(corrupt!("chunk shape {chunk_shape:?} does not fit shape {shape:?}"));
         }
-        if chunk_shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).map_or(true, |n| n > MAX_CHUNK_ELEMENTS) {
+        if chunk_shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).is_none_or(|n| n > MAX_CHUNK_ELEMENTS) {
             return Err(corrupt!("chunk shape {chunk_shape:?} exceeds {MAX_CHUNK_ELEMENTS} elements"));
         }
         let cb_len = r.u32("codebook length")? as usize;
