@@ -10,6 +10,9 @@
 //! reproduced bit for bit): the encoder reconstructs each value exactly as the decoder will and
 //! stores the value losslessly whenever the check fails.
 
+// Negated float comparisons are deliberate throughout: they make NaN fail a check.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 pub mod element;
 pub mod error;
 

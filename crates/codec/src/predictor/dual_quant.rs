@@ -42,6 +42,7 @@ fn prequantize<T: Element>(data: &[T], eb: f64) -> Prequantized<T> {
             for (k, (o, &x)) in out.iter_mut().zip(block).enumerate() {
                 let t = x.to_f64() * inv;
                 *o = if t.abs() < PREQUANT_LIMIT { round_to_int(t) } else { 0 };
+                // Negated so that a NaN error (an overflowed product) counts as a miss.
                 if !((rebuild::<T>(*o, two_eb).to_f64() - x.to_f64()).abs() <= eb) {
                     missed.push((b * BLOCK + k, x));
                 }

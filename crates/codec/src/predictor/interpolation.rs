@@ -338,17 +338,21 @@ fn visit_rows<T: Element, V: Visit<T>>(
     }
 }
 
+/// The chunk's shape and the predictor's settings, as both walks need them.
+#[derive(Clone, Copy)]
+struct Walk<'a> {
+    shape: &'a [usize],
+    spline: Spline,
+    order: DimOrder,
+    q: &'a Quantizer,
+    bounds: LevelBounds,
+}
+
 /// Encodes the chunk. Each pass's rows are spread over the thread pool in fixed groups, each
 /// quantizing straight into its part of the symbol array; the exact values are concatenated in
 /// group order, so the stream does not depend on the number of threads.
-fn encode_walk<T: Element>(
-    buf: &mut [T],
-    shape: &[usize],
-    spline: Spline,
-    order: DimOrder,
-    q: &Quantizer,
-    bounds: LevelBounds,
-) -> (Vec<u16>, Vec<T>) {
+fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>) {
+    let Walk { shape, spline, order, q, bounds } = *walk;
     let st = strides(shape);
     let mut symbols = vec![0u16; buf.len()];
     let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
@@ -377,16 +381,8 @@ fn encode_walk<T: Element>(
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
 /// the unpredictable symbols before it.
-fn decode_walk<T: Element>(
-    buf: &mut [T],
-    shape: &[usize],
-    spline: Spline,
-    order: DimOrder,
-    q: &Quantizer,
-    bounds: LevelBounds,
-    symbols: &[u16],
-    exact: &[T],
-) -> Result<()> {
+fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], exact: &[T]) -> Result<()> {
+    let Walk { shape, spline, order, q, bounds } = *walk;
     let n = buf.len();
     if symbols.len() != n || symbols.par_chunks(GROUP_POINTS).map(|g| g.iter().filter(|&&s| s == 0).count()).sum::<usize>() != exact.len() {
         return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
@@ -422,7 +418,7 @@ fn decode_walk<T: Element>(
 pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, spline: Spline, order: DimOrder, bounds: LevelBounds) -> Coded<T> {
     let mut work = vec![T::default(); data.len()];
     work.par_chunks_mut(GROUP_POINTS).zip(data.par_chunks(GROUP_POINTS)).for_each(|(w, d)| w.copy_from_slice(d));
-    let (symbols, exact) = encode_walk(&mut work, shape, spline, order, q, bounds);
+    let (symbols, exact) = encode_walk(&mut work, &Walk { shape, spline, order, q, bounds });
     let side = vec![spline as u8, order as u8, bounds.0];
     Coded { symbols, exact, side }
 }
@@ -445,7 +441,7 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact
         return Err(corrupt!("{} unexpected bytes after interpolation parameters", r.remaining()));
     }
     let mut work = vec![T::default(); shape.iter().product()];
-    decode_walk(&mut work, shape, spline, order, q, bounds, symbols, exact)?;
+    decode_walk(&mut work, &Walk { shape, spline, order, q, bounds }, symbols, exact)?;
     Ok(work)
 }
 

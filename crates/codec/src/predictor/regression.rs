@@ -203,6 +203,7 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, block: usi
         }
         let coeffs = fit(p, origin, extent, &mut rows);
         let quantized: Vec<f64> = coeffs.iter().enumerate().map(|(c, &x)| (x / grids.step(c)).round()).collect();
+        // Negated so that NaN coefficients (from infinite sums) are refused too.
         if quantized.iter().any(|x| !(x.abs() < COEFF_LIMIT)) {
             return None;
         }
