@@ -72,6 +72,19 @@ impl<'a> ByteReader<'a> {
         let u = self.varint(what)?;
         Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
     }
+    /// The next of a list of strictly increasing positions below `n`, stored as gaps (the first
+    /// from 0); `previous` is the position read before, if any.
+    pub fn next_position(&mut self, previous: Option<usize>, n: usize, what: &str) -> Result<usize> {
+        let gap = self.varint(what)?;
+        if previous.is_some() && gap == 0 {
+            return Err(corrupt!("{what}: positions are not increasing"));
+        }
+        previous
+            .unwrap_or(0)
+            .checked_add(usize::try_from(gap).unwrap_or(usize::MAX))
+            .filter(|&p| p < n)
+            .ok_or_else(|| corrupt!("{what}: position out of range"))
+    }
     /// A varint that must not exceed `max`, so callers can size allocations by it safely.
     pub fn bounded_varint(&mut self, max: u64, what: &str) -> Result<u64> {
         let v = self.varint(what)?;

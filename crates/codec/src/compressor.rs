@@ -9,8 +9,8 @@
 
 use crate::bytes::{put_varint, ByteReader};
 use crate::element::Element;
-use crate::entropy::frames::{self, zstd_compress};
-use crate::entropy::huffman::Codebook;
+use crate::entropy::frames;
+use crate::entropy::huffman::{self, Codebook};
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
@@ -18,7 +18,7 @@ use crate::predictor::{self, Predictor};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
 use crate::stream::{ChunkEntry, Header, Stream, MAX_CHUNK_ELEMENTS};
-use crate::{Config, ErrorBound, Preset};
+use crate::{Config, ErrorBound};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -86,21 +86,6 @@ fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
     }
 }
 
-/// The zstd level for a frame, or `None` to store it. A level-1 trial on a slice tells dense
-/// Huffman output (rough fields at tight bounds: zstd gains next to nothing) from sparse output
-/// (long runs of one code), where a strong level pays: such frames code many values per byte.
-pub fn zstd_level_for(preset: Preset, frame: &[u8]) -> Option<i32> {
-    const TRIAL: usize = 1 << 15;
-    let trial = if frame.len() <= 4 * TRIAL { frame } else { &frame[frame.len() / 2..][..TRIAL] };
-    let gain = trial.len() as f64 / zstd_compress(trial, 1).len().max(1) as f64;
-    match preset {
-        Preset::Speed if gain < 1.03 => None,
-        Preset::Speed => Some(1),
-        Preset::Ratio if gain >= 2.0 => Some(9),
-        Preset::Ratio => Some(3),
-    }
-}
-
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
 fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound) -> Result<f64> {
     let (name, value) = match bound {
@@ -136,31 +121,11 @@ struct Predicted<T> {
     histogram: Vec<u64>,
 }
 
-/// Symbol counts, over blocks in parallel (a chunk can hold a whole large array).
-fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
-    symbols
-        .par_chunks(SEGMENT_SYMBOLS)
-        .map(|block| {
-            let mut h = vec![0u64; alphabet];
-            for &s in block {
-                h[s as usize] += 1;
-            }
-            h
-        })
-        .reduce(
-            || vec![0u64; alphabet],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
-        )
-}
-
 fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
     let chunk: Cow<[T]> = if b.shape.as_slice() == shape { Cow::Borrowed(data) } else { Cow::Owned(gather(data, shape, b)) };
     let (filled, patches) = nonfinite::fill(&chunk);
     let coded = predictor::encode(p, &filled, &b.shape, q);
-    let histogram = histogram(&coded.symbols, q.alphabet());
+    let histogram = huffman::histogram(&coded.symbols, q.alphabet());
     Predicted { coded, patches, histogram }
 }
 
@@ -206,18 +171,13 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
     let boxes = if data.is_empty() { Vec::new() } else { chunk_boxes(shape, &chunk_shape) };
 
     let predicted: Vec<Predicted<T>> = boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect();
-    let mut histogram = vec![0u64; q.alphabet()];
-    for c in &predicted {
-        for (h, &n) in histogram.iter_mut().zip(&c.histogram) {
-            *h += n;
-        }
-    }
+    let histogram = predicted.iter().fold(vec![0u64; q.alphabet()], |h, c| huffman::add_histogram(h, &c.histogram));
     let codebook = Codebook::from_histogram(&histogram);
     let encoded: Vec<(ChunkEntry, Vec<u8>)> = predicted
         .par_iter()
         .map(|c| {
             let raw = chunk_bytes(c, &codebook)?;
-            let bytes = frames::pack(&raw, |frame| zstd_level_for(config.preset, frame));
+            let bytes = frames::pack(&raw, |frame| frames::level_for(config.preset, frame));
             Ok((ChunkEntry { predictor: p.kind(), stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
         })
         .collect::<Result<_>>()?;
@@ -243,14 +203,11 @@ fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebo
     let mut r = ByteReader::new(raw);
     let n_patches = r.bounded_varint(n as u64, "patch count")? as usize;
     let mut patches = Vec::with_capacity(n_patches.min(r.remaining() / (1 + T::BYTES)));
-    let mut pos = 0u64;
-    for k in 0..n_patches {
-        let gap = r.varint("patch position")?;
-        if k > 0 && gap == 0 {
-            return Err(corrupt!("patch positions are not increasing"));
-        }
-        pos = pos.checked_add(gap).filter(|&p| p < n as u64).ok_or_else(|| corrupt!("patch position out of range"))?;
-        patches.push((pos as usize, r.element::<T>("patch value")?));
+    let mut previous = None;
+    for _ in 0..n_patches {
+        let pos = r.next_position(previous, n, "patch position")?;
+        patches.push((pos, r.element::<T>("patch value")?));
+        previous = Some(pos);
     }
     let side_len = r.bounded_varint(r.remaining() as u64, "side length")? as usize;
     let side = r.take(side_len, "side information")?;

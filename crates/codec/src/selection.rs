@@ -1,10 +1,9 @@
 //! Chooses the predictor for a field by trying the candidates on sample boxes spread over the
 //! array and keeping the one whose quantization codes have the lowest estimated size.
 
-use crate::compressor::zstd_level_for;
 use crate::element::Element;
-use crate::entropy::frames::zstd_compress;
-use crate::entropy::huffman::Codebook;
+use crate::entropy::frames::{level_for, zstd_compress};
+use crate::entropy::huffman::{add_histogram, histogram, Codebook};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
 use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
@@ -89,12 +88,7 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 /// alone misses how much zstd gains on long runs of one code, which decides the loose bounds.
 fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset) -> usize {
     let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, data, shape, q)).collect();
-    let mut hist = vec![0u64; q.alphabet()];
-    for c in &coded {
-        for &s in &c.symbols {
-            hist[s as usize] += 1;
-        }
-    }
+    let hist = coded.iter().map(|c| histogram(&c.symbols, q.alphabet())).fold(vec![0u64; q.alphabet()], |h, c| add_histogram(h, &c));
     let codebook = Codebook::from_histogram(&hist);
     let mut bits = Vec::new();
     // The codebook is part of the cost: on small arrays it can outweigh the codes themselves.
@@ -103,7 +97,7 @@ fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Qua
     for c in &coded {
         bits.clear();
         codebook.encode(&c.symbols, &mut bits).expect("codebook built from these symbols");
-        let packed = zstd_level_for(preset, &bits).map_or(bits.len(), |level| zstd_compress(&bits, level).len().min(bits.len()));
+        let packed = level_for(preset, &bits).map_or(bits.len(), |level| zstd_compress(&bits, level).len().min(bits.len()));
         size += packed + c.exact.len() * T::BYTES + c.side.len();
     }
     size

@@ -5,6 +5,7 @@
 
 use crate::bytes::{put_varint, ByteReader};
 use crate::error::{corrupt, Result};
+use crate::Preset;
 use rayon::prelude::*;
 use std::io::Read;
 
@@ -17,6 +18,21 @@ const MIN_ZSTD_FRAME: u64 = 9;
 pub fn zstd_compress(raw: &[u8], level: i32) -> Vec<u8> {
     // Writing into memory cannot fail except on allocation failure, which aborts anyway.
     zstd::bulk::compress(raw, level).expect("zstd compression into memory")
+}
+
+/// The zstd level for a frame, or `None` to store it. A level-1 trial on a slice tells dense
+/// Huffman output (rough fields at tight bounds: zstd gains next to nothing) from sparse output
+/// (long runs of one code), where a strong level pays: such frames code many values per byte.
+pub fn level_for(preset: Preset, frame: &[u8]) -> Option<i32> {
+    const TRIAL: usize = 1 << 15;
+    let trial = if frame.len() <= 4 * TRIAL { frame } else { &frame[frame.len() / 2..][..TRIAL] };
+    let gain = trial.len() as f64 / zstd_compress(trial, 1).len().max(1) as f64;
+    match preset {
+        Preset::Speed if gain < 1.03 => None,
+        Preset::Speed => Some(1),
+        Preset::Ratio if gain >= 2.0 => Some(9),
+        Preset::Ratio => Some(3),
+    }
 }
 
 /// Packs `raw`; `level_for(frame)` gives the zstd level to try on a frame, or `None` to store it.

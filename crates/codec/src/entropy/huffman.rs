@@ -37,6 +37,7 @@
 //! padding, and any code that is not complete (a lone symbol must have length 1).
 
 use crate::error::{corrupt, CodecError, Result};
+use rayon::prelude::*;
 
 /// Longest code. 24 bits keep an encoder table entry (code + length) in a `u32`, let the
 /// decoder's slow path read one 24-bit window, and still leave room for very skewed
@@ -71,6 +72,26 @@ pub struct Codebook {
     /// to MAX_CODE_LEN bits, and the offset turning a code of length l into an index of `sorted`.
     limit: [u32; MAX_CODE_LEN as usize + 1],
     base: [u32; MAX_CODE_LEN as usize + 1],
+}
+
+/// Symbol counts over an alphabet, block by block in parallel (a chunk can hold a whole array).
+pub fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
+    symbols
+        .par_chunks(1 << 20)
+        .map(|block| {
+            let mut h = vec![0u64; alphabet];
+            for &s in block {
+                h[s as usize] += 1;
+            }
+            h
+        })
+        .reduce(|| vec![0u64; alphabet], |a, b| add_histogram(a, &b))
+}
+
+/// Adds `b`'s counts to `a`.
+pub fn add_histogram(mut a: Vec<u64>, b: &[u64]) -> Vec<u64> {
+    a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+    a
 }
 
 impl Codebook {
@@ -569,14 +590,6 @@ mod tests {
     use proptest::prelude::*;
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-
-    fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
-        let mut freq = vec![0u64; alphabet];
-        for &s in symbols {
-            freq[s as usize] += 1;
-        }
-        freq
-    }
 
     /// (symbol, code length) of every used symbol.
     fn lengths(cb: &Codebook) -> Vec<(usize, u32)> {

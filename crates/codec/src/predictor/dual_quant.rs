@@ -76,14 +76,11 @@ fn finish<T: Element>(p: &[i64], eb: f64, r: &mut ByteReader, exact: &[T]) -> Re
     if n_exact != exact.len() {
         return Err(corrupt!("{n_exact} exact positions but {} exact values", exact.len()));
     }
-    let mut pos = 0u64;
-    for (k, &x) in exact.iter().enumerate() {
-        let gap = r.varint("dual-quant exact position")?;
-        if k > 0 && gap == 0 {
-            return Err(corrupt!("dual-quant exact positions are not increasing"));
-        }
-        pos = pos.checked_add(gap).filter(|&p| p < n as u64).ok_or_else(|| corrupt!("dual-quant exact position out of range"))?;
-        out[pos as usize] = x;
+    let mut previous = None;
+    for &x in exact {
+        let pos = r.next_position(previous, n, "dual-quant exact position")?;
+        out[pos] = x;
+        previous = Some(pos);
     }
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after dual-quant side information", r.remaining()));
