@@ -77,6 +77,12 @@ pub fn decompress<T: Element>(stream: &[u8], threads: Option<usize>) -> Result<(
     threads::run_with(threads, || compressor::decompress(stream))
 }
 
+/// The element type of a stream, from its validated header alone (cheap: the payload is not
+/// read), so callers can pick the `decompress` instantiation.
+pub fn dtype(stream: &[u8]) -> Result<DType> {
+    Ok(stream::Header::read(stream)?.0.dtype)
+}
+
 /// Reads and validates a stream's header without decoding its payload.
 pub fn info(stream: &[u8]) -> Result<StreamInfo> {
     stream::StreamInfo::read(stream)

@@ -36,10 +36,9 @@ fn config(bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, pr
 
 fn compress_typed<'py, T: Element + numpy::Element>(
     py: Python<'py>,
-    array: &Bound<'py, PyAny>,
+    array: PyReadonlyArrayDyn<'py, T>,
     cfg: &Config,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let array: PyReadonlyArrayDyn<T> = array.extract()?;
     let shape = array.shape().to_vec();
     let data = array.as_slice().map_err(|_| PyValueError::new_err("array must be C-contiguous"))?;
     let out = py.detach(|| codec::compress(data, &shape, cfg)).map_err(to_py)?;
@@ -59,10 +58,9 @@ fn compress<'py>(
     predictor: Option<&str>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let cfg = config(bound_mode, bound, preset, threads, predictor)?;
-    if array.extract::<PyReadonlyArrayDyn<f32>>().is_ok() {
-        compress_typed::<f32>(py, array, &cfg)
-    } else {
-        compress_typed::<f64>(py, array, &cfg)
+    match array.extract::<PyReadonlyArrayDyn<f32>>() {
+        Ok(a) => compress_typed(py, a, &cfg),
+        Err(_) => compress_typed::<f64>(py, array.extract()?, &cfg),
     }
 }
 
@@ -82,7 +80,7 @@ fn decompress_typed<'py, T: Element + numpy::Element>(
 #[pyfunction]
 #[pyo3(signature = (data, threads=None))]
 fn decompress<'py>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyResult<Bound<'py, PyAny>> {
-    match codec::info(data).map_err(to_py)?.dtype {
+    match codec::dtype(data).map_err(to_py)? {
         DType::F32 => Ok(decompress_typed::<f32>(py, data, threads)?.into_any()),
         DType::F64 => Ok(decompress_typed::<f64>(py, data, threads)?.into_any()),
     }
