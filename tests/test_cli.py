@@ -96,6 +96,38 @@ def test_info(tmp_path, field):
     assert described == amrzip.info((tmp_path / "f.amrz").read_bytes())
 
 
+@pytest.mark.parametrize(
+    "target, shown",
+    [(["--ratio", "20"], "ratio 20 (abs "), (["--psnr", "60"], "psnr 60 dB (abs ")],
+    ids=["ratio", "psnr"],
+)
+def test_targets(tmp_path, raw, field, target, shown):
+    run = amrzip_cli(*RAW, *target, "--verify", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert "max error" in run.stdout and shown in run.stdout
+    assert ("PSNR" in run.stdout) == (target[0] == "--psnr")
+    stream = (tmp_path / "field.amrz").read_bytes()
+    described = amrzip.info(stream)
+    assert (described["bound_mode"], described["bound"]) == (target[0][2:], float(target[1]))
+
+    run = amrzip_cli("info", "field.amrz", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert shown in run.stdout
+
+    assert amrzip_cli("decompress", "field.amrz", "-o", "back.npy", cwd=tmp_path).returncode == 0
+    check(field, np.load(tmp_path / "back.npy"), stream, abs=described["abs_bound"])  # the bound the search chose
+
+
+def test_unreachable_ratio_warns_on_one_line(tmp_path):
+    np.save(tmp_path / "noise.npy", np.random.default_rng(0).standard_normal(100))
+    run = amrzip_cli("compress", "noise.npy", "--ratio", "1e6", "--verify", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "max error" in run.stdout
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("amrzip: warning: ratio 1e+06 is not reachable"), run.stderr
+
+
 def test_demo(tmp_path):
     run = amrzip_cli("demo", "--size", "32", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -123,6 +155,14 @@ RAW = ["compress", "field.raw", "--dtype", "f32", "--shape", "20,30,40"]
         (["compress", "field.raw", "--dtype", "int32", "--shape", "20,30,40", "--rel", "1e-3"], ["--dtype"]),
         (RAW, ["exactly one error bound"]),
         (RAW + ["--abs", "1", "--rel", "1e-3"], ["exactly one error bound"]),
+        (RAW + ["--rel", "1e-3", "--ratio", "20"], ["exactly one error bound", "--ratio or --psnr"]),
+        (RAW + ["--ratio", "20", "--psnr", "60"], ["exactly one error bound"]),
+        (RAW + ["--ratio", "0.5"], ["--ratio", ">= 1"]),
+        (RAW + ["--ratio", "inf"], ["--ratio", "finite"]),
+        (RAW + ["--psnr", "0"], ["--psnr", "> 0"]),
+        (RAW + ["--psnr", "-60"], ["--psnr", "> 0"]),
+        (RAW + ["--psnr", "nan"], ["--psnr", "finite"]),
+        (RAW + ["--psnr", "high"], ["--psnr"]),
         (RAW + ["--rel", "-1"], ["--rel", ">= 0"]),
         (RAW + ["--abs", "nan"], ["--abs", "finite"]),
         (RAW + ["--abs", "inf"], ["--abs", "finite"]),

@@ -258,7 +258,7 @@ GOOD = np.ones((4, 5), np.float32)
     "kwargs, message",
     [
         ({}, "error bound is required"),
-        ({"abs": 1e-3, "rel": 1e-3}, "only one of abs= and rel="),
+        ({"abs": 1e-3, "rel": 1e-3}, "only one of abs=, rel="),
         ({"abs": -1e-3}, "finite number >= 0"),
         ({"rel": -1.0}, "finite number >= 0"),
         ({"abs": math.nan}, "finite number >= 0"),

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rich.table import Table
 
 import amrzip
 from amrzip import _arrayfile, demo
-from amrzip._metrics import max_abs_error
+from amrzip._metrics import max_abs_error, psnr
 from amrzip.codec import MODES
 
 # Runs on smaller inputs finish in about a second; a spinner would only flicker.
@@ -57,10 +58,24 @@ def _parse_shape(ctx, param, value):
     return shape
 
 
-def _check_bound(ctx, param, value):
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise click.BadParameter(f"must be a finite number >= 0; got {value}")
-    return value
+def _check_at_least(floor: float, inclusive: bool = True):
+    """A callback accepting finite numbers >= floor (> floor if not inclusive), the limits of amrzip.compress."""
+
+    def check(ctx, param, value):
+        if value is not None and not (math.isfinite(value) and (value >= floor if inclusive else value > floor)):
+            raise click.BadParameter(f"must be a finite number {'>=' if inclusive else '>'} {floor:g}; got {value}")
+        return value
+
+    return check
+
+
+_check_bound = _check_at_least(0)
+
+
+def _describe_bound(i: dict) -> str:
+    """The bound as the user stated it, plus the absolute bound it became when it was not one."""
+    text = f"{i['bound_mode']} {i['bound']:g}" + (" dB" if i["bound_mode"] == "psnr" else "")
+    return text if i["bound_mode"] == "abs" else f"{text} (abs {i['abs_bound']:.6g})"
 
 
 def _output(path: Path | None, input_path: Path, suffix: str, force: bool) -> Path:
@@ -132,38 +147,65 @@ def cli():
 @click.option("--byteorder", type=click.Choice(list(_arrayfile.BYTEORDERS)), help="Byte order of a raw INPUT [default: little].")
 @click.option("--abs", "abs_bound", type=float, callback=_check_bound, help="Absolute error bound.")
 @click.option("--rel", "rel_bound", type=float, callback=_check_bound, help="Error bound as a fraction of the value range.")
+@click.option(
+    "--ratio", "ratio_target", type=float, callback=_check_at_least(1), help="Target compression ratio; the bound is searched for."
+)
+@click.option(
+    "--psnr", "psnr_target", type=float, callback=_check_at_least(0, inclusive=False),
+    help="Target PSNR in dB (peak = value range): the largest bound reaching it.",
+)
 @click.option("--mode", type=click.Choice(MODES), default="ratio", show_default=True, help="Optimise for ratio or for speed.")
 @_threads_option
-@click.option("--verify", is_flag=True, help="Decompress the result and check the error bound.")
+@click.option("--verify", is_flag=True, help="Decompress the result and check the error bound (and a --psnr target).")
 @_force_option
-def compress(input_path, output, dtype, shape, byteorder, abs_bound, rel_bound, mode, threads, verify, force):
+def compress(
+    input_path, output, dtype, shape, byteorder, abs_bound, rel_bound, ratio_target, psnr_target, mode, threads, verify, force
+):
     """Compress INPUT (.npy, or raw binary described by --dtype and --shape) under an error bound
-    given by exactly one of --abs and --rel."""
-    if (abs_bound is None) == (rel_bound is None):
-        raise click.UsageError("give exactly one error bound: --abs or --rel")
+    given by exactly one of --abs, --rel, --ratio and --psnr (the last two search for the bound
+    meeting a compression ratio or a PSNR)."""
+    bounds = {"abs": abs_bound, "rel": rel_bound, "ratio": ratio_target, "psnr": psnr_target}
+    if sum(v is not None for v in bounds.values()) != 1:
+        raise click.UsageError("give exactly one error bound: --abs, --rel, --ratio or --psnr")
     array = _read_input(input_path, dtype, shape, byteorder)
     output = _output(output, input_path, ".amrz", force)
     try:
-        stream, seconds = _timed(
-            f"compressing {input_path.name}",
-            array.nbytes,
-            lambda: amrzip.compress(array, abs=abs_bound, rel=rel_bound, mode=mode, threads=threads),
-        )
+        # An unreachable ratio is a Python warning from the library; here it becomes one stderr line.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            stream, seconds = _timed(
+                f"compressing {input_path.name}",
+                array.nbytes,
+                lambda: amrzip.compress(array, **bounds, mode=mode, threads=threads),
+            )
     except ValueError as e:  # what the codec cannot take, such as an integer .npy
         raise click.UsageError(f"{input_path}: {e}") from None
+    for w in caught:
+        click.echo(f"amrzip: warning: {' '.join(str(w.message).split())}", err=True)
     _arrayfile.write_bytes(output, stream)
 
+    described = amrzip.info(stream)
     summary = (
         f"{input_path} -> {output}: {_size(array.nbytes)} -> {_size(len(stream))}, "
         f"ratio {array.nbytes / len(stream):.2f}, {_rate(array.nbytes, seconds)}"
     )
+    if ratio_target is not None or psnr_target is not None:  # say which bound the search settled on
+        summary += f", bound {_describe_bound(described)}"
     if verify:
-        bound = amrzip.info(stream)["abs_bound"]
+        bound = described["abs_bound"]
         with _activity(f"verifying {output.name}", array.nbytes):
-            error = max_abs_error(array, amrzip.decompress(stream, threads=threads))
+            decoded = amrzip.decompress(stream, threads=threads)
+            error = max_abs_error(array, decoded)
+            measured = psnr(array, decoded) if psnr_target is not None else None
         if not error <= bound:
             raise click.ClickException(f"verification failed: max error {error:.6g} exceeds the bound {bound:.6g}")
         summary += f", max error {error:.3g} ({error / bound if bound else 0:.3f} of bound {bound:.3g})"
+        if measured is not None:
+            # The target is a floor the codec promises, so missing it fails like a bound violation.
+            # The codec sums in another order; 1e-9 dB covers that and nothing else.
+            if not measured >= psnr_target - 1e-9:
+                raise click.ClickException(f"verification failed: PSNR {measured:.6g} dB is below the target {psnr_target:g} dB")
+            summary += f", PSNR {measured:.2f} dB"
     click.echo(summary)
 
 
@@ -203,15 +245,12 @@ def info(input_path, as_json):
     if as_json:
         click.echo(json.dumps(i, indent=2))
         return
-    bound = f"{i['bound_mode']} {i['bound']:g}"
-    if i["bound_mode"] == "rel":
-        bound += f" (abs {i['abs_bound']:.6g})"
     predictors = ", ".join(f"{name} ({n} chunk{'s' * (n != 1)})" for name, n in i["chunks_per_predictor"].items())
     rows = [
         ("dtype", i["dtype"]),
         ("shape", _arrayfile.format_shape(i["shape"])),
         ("mode", i["mode"]),
-        ("bound", bound),
+        ("bound", _describe_bound(i)),
         ("predictor", predictors or "-"),
         ("chunk shape", _arrayfile.format_shape(i["chunk_shape"])),
         ("original", _size(i["original_size"])),

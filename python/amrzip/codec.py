@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -12,20 +14,28 @@ from amrzip import _core
 CorruptStreamError = _core.CorruptStreamError
 
 MODES = ("ratio", "speed")
+# A fixed-ratio result further than this from its target is reported with a warning.
+RATIO_WARN = 0.10
+abs_ = builtins.abs  # `abs` is a keyword argument of compress
 PREDICTORS = ("lorenzo", "regression", "interpolation", "dual-quant")
 
 
-def _bound(abs, rel):
-    if abs is None and rel is None:
-        raise ValueError("an error bound is required: pass abs= or rel=")
-    if abs is not None and rel is not None:
-        raise ValueError("pass only one of abs= and rel=")
-    mode, value = ("abs", abs) if abs is not None else ("rel", rel)
+# Smallest accepted value per way of stating the bound, and whether it may be equal.
+_BOUND_FLOOR = {"abs": (0.0, True), "rel": (0.0, True), "ratio": (1.0, True), "psnr": (0.0, False)}
+
+
+def _bound(**given):
+    given = {k: v for k, v in given.items() if v is not None}
+    if len(given) != 1:
+        what = "an error bound is required" if not given else "pass only one of " + ", ".join(f"{k}=" for k in given)
+        raise ValueError(f"{what}: give exactly one of abs=, rel=, ratio= or psnr=")
+    ((mode, value),) = given.items()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{mode}= must be a number, got {value!r}")
     value = float(value)
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise ValueError(f"{mode}= must be a finite number >= 0, got {value}")
+    floor, inclusive = _BOUND_FLOOR[mode]
+    if math.isnan(value) or math.isinf(value) or value < floor or (value == floor and not inclusive):
+        raise ValueError(f"{mode}= must be a finite number {'>=' if inclusive else '>'} {floor:g}, got {value}")
     return mode, value
 
 
@@ -37,16 +47,21 @@ def _threads(threads):
     return int(threads)
 
 
-def compress(array, *, abs=None, rel=None, mode="ratio", threads=None, predictor=None) -> bytes:
+def compress(array, *, abs=None, rel=None, ratio=None, psnr=None, mode="ratio", threads=None, predictor=None) -> bytes:
     """Compress a float32/float64 array of 1 to 4 dimensions under an error bound.
 
     Every decompressed value ``y`` of an input ``x`` satisfies ``|x - y| <= bound``, where the
     bound is ``abs``, or ``rel`` times the value range (max - min of the finite values).
+    Instead of a bound, ask for a size or a quality: ``ratio=R`` searches for the bound that
+    makes the stream R times smaller than the input (within a few percent where reachable;
+    a warning says when it is not), ``psnr=P`` for the largest bound whose PSNR (peak = value
+    range, over the finite values) is at least P dB, aiming within 1.5 dB above it. The bound
+    found is then a promise like any other, and :func:`info` reports it as ``abs_bound``.
     NaN and +-Inf are kept exactly. ``mode="ratio"`` (default) picks the predictor giving the
     best ratio; ``mode="speed"`` favours throughput. ``threads`` defaults to all cores.
     ``predictor`` forces one of ``PREDICTORS`` instead of sampling.
     """
-    bound_mode, bound = _bound(abs, rel)
+    bound_mode, bound = _bound(abs=abs, rel=rel, ratio=ratio, psnr=psnr)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if predictor is not None and predictor not in PREDICTORS:
@@ -57,7 +72,12 @@ def compress(array, *, abs=None, rel=None, mode="ratio", threads=None, predictor
     if not 1 <= arr.ndim <= 4:
         raise ValueError(f"unsupported rank {arr.ndim}: amrzip compresses arrays of 1 to 4 dimensions")
     arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
-    return _core.compress(arr, bound_mode, bound, mode, _threads(threads), predictor)
+    stream = _core.compress(arr, bound_mode, bound, mode, _threads(threads), predictor)
+    if bound_mode == "ratio" and arr.size:
+        achieved = arr.nbytes / len(stream)
+        if abs_(achieved / bound - 1) > RATIO_WARN:
+            warnings.warn(f"ratio {bound:g} is not reachable for this array; the stream achieves {achieved:.4g}", stacklevel=2)
+    return stream
 
 
 def _as_bytes(data) -> bytes:

@@ -17,7 +17,9 @@ use crate::nonfinite;
 use crate::predictor::{self, Predictor};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
-use crate::stream::{ChunkEntry, Header, Stream, MAX_CHUNK_ELEMENTS};
+use crate::entropy::offline;
+use crate::stream::{ChunkEntry, CodebookSource, Header, Stream, MAX_CHUNK_ELEMENTS};
+use std::sync::Arc;
 use crate::{Config, ErrorBound};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -36,7 +38,7 @@ fn chunk_target(p: &Predictor) -> usize {
     }
 }
 
-fn check_shape(shape: &[usize], len: usize) -> Result<()> {
+pub fn check_shape(shape: &[usize], len: usize) -> Result<()> {
     if shape.is_empty() || shape.len() > 4 {
         return Err(CodecError::InvalidInput(format!("arrays of 1 to 4 dimensions are supported, got {}", shape.len())));
     }
@@ -79,37 +81,43 @@ fn range_of<T: Element>(data: &[T], keep: impl Fn(f64) -> bool + Sync) -> (f64, 
 /// Smallest and largest finite value (lo > hi when there is none). The first sweep takes every
 /// value, a compare-and-select the compiler vectorises (NaN never wins a comparison); only when
 /// it ends on an infinity does a second sweep filter them out.
-fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
+pub fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
     match range_of(data, |_| true) {
         (lo, hi) if lo.is_finite() && hi.is_finite() => (lo, hi),
         _ => range_of(data, f64::is_finite),
     }
 }
 
+/// `fraction` of the finite values' range (0 when there is none), never above the exact product.
+pub fn relative_to_range<T: Element>(data: &[T], fraction: f64) -> f64 {
+    let (lo, hi) = finite_range(data);
+    if lo > hi {
+        return 0.0;
+    }
+    let range = hi - lo;
+    // A range wider than f64::MAX is split so the bound stays finite.
+    let eb = if range.is_finite() { fraction * range } else { fraction * hi - fraction * lo };
+    // Rounding may have nudged eb above fraction * (hi - lo) taken exactly; step back a few ulps
+    // so the promise holds against the exact product.
+    eb * (1.0 - 4.0 * f64::EPSILON)
+}
+
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
+/// Targets (ratio, PSNR) have no bound of their own: `target` searches for one.
 fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound) -> Result<f64> {
     let (name, value) = match bound {
         ErrorBound::Absolute(v) => ("abs", v),
         ErrorBound::Relative(v) => ("rel", v),
+        ErrorBound::Ratio(_) | ErrorBound::Psnr(_) => {
+            return Err(CodecError::InvalidInput("a ratio or PSNR target has no bound of its own".into()));
+        }
     };
     if !(value.is_finite() && value >= 0.0) {
         return Err(CodecError::InvalidInput(format!("{name} error bound must be a finite number >= 0, got {value}")));
     }
     let eb = match bound {
         ErrorBound::Absolute(v) => v,
-        ErrorBound::Relative(v) => {
-            let (lo, hi) = finite_range(data);
-            if lo > hi {
-                0.0
-            } else {
-                let range = hi - lo;
-                // A range wider than f64::MAX is split so the bound stays finite.
-                let eb = if range.is_finite() { v * range } else { v * hi - v * lo };
-                // Rounding may have nudged eb above v * (hi - lo) taken exactly; step back a few
-                // ulps so the promise holds against the exact product.
-                eb * (1.0 - 4.0 * f64::EPSILON)
-            }
-        }
+        _ => relative_to_range(data, value),
     };
     Ok(eb.min(f64::MAX))
 }
@@ -164,38 +172,73 @@ fn chunk_bytes<T: Element>(c: &Predicted<T>, codebook: &Codebook) -> Result<Vec<
 
 pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Result<Vec<u8>> {
     check_shape(shape, data.len())?;
-    let eb = absolute_bound(data, config.bound)?;
+    compress_with_eb(data, shape, config, absolute_bound(data, config.bound)?)
+}
+
+/// Compresses under the absolute bound `eb` (finite, >= 0), recording `config.bound` as the
+/// request it came from. The shape must already be checked.
+pub fn compress_with_eb<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64) -> Result<Vec<u8>> {
+    let prepared = prepare(data, shape, config, eb, None);
+    let codebook = Codebook::from_histogram(&prepared.histogram);
+    let mut table = Vec::new();
+    codebook.write(&mut table);
+    prepared.finish(config, &codebook, CodebookSource::Inline, table)
+}
+
+/// An array predicted and quantized, waiting for its codebook.
+pub struct Prepared<T> {
+    pub predictor: Predictor,
+    pub eb: f64,
+    /// Symbol counts over all chunks.
+    pub histogram: Vec<u64>,
+    shape: Vec<usize>,
+    chunk_shape: Vec<usize>,
+    chunks: Vec<Predicted<T>>,
+}
+
+/// Predicts and quantizes `data` under `eb` with `predictor`, or the one sampling picks.
+pub fn prepare<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64, predictor: Option<Predictor>) -> Prepared<T> {
     let q = Quantizer::new(eb, DEFAULT_RADIUS);
-    let p = if data.is_empty() { Predictor::Lorenzo } else { selection::choose(data, shape, &q, config) };
+    let p = match predictor {
+        _ if data.is_empty() => Predictor::Lorenzo,
+        Some(p) => p,
+        None => selection::choose(data, shape, &q, config),
+    };
     let chunk_shape = chunk_shape(shape, chunk_target(&p));
     let boxes = if data.is_empty() { Vec::new() } else { chunk_boxes(shape, &chunk_shape) };
+    let chunks: Vec<Predicted<T>> = boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect();
+    let histogram = chunks.iter().fold(vec![0u64; q.alphabet()], |h, c| huffman::add_histogram(h, &c.histogram));
+    Prepared { predictor: p, eb, histogram, shape: shape.to_vec(), chunk_shape, chunks }
+}
 
-    let predicted: Vec<Predicted<T>> = boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect();
-    let histogram = predicted.iter().fold(vec![0u64; q.alphabet()], |h, c| huffman::add_histogram(h, &c.histogram));
-    let codebook = Codebook::from_histogram(&histogram);
-    let encoded: Vec<(ChunkEntry, Vec<u8>)> = predicted
-        .par_iter()
-        .map(|c| {
-            let raw = chunk_bytes(c, &codebook)?;
-            let bytes = frames::pack(&raw, |frame| frames::level_for(config.preset, frame));
-            Ok((ChunkEntry { predictor: p.kind(), stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
-        })
-        .collect::<Result<_>>()?;
-    let mut codebook_bytes = Vec::new();
-    codebook.write(&mut codebook_bytes);
-    let (chunks, payloads): (Vec<ChunkEntry>, Vec<Vec<u8>>) = encoded.into_iter().unzip();
-    let header = Header {
-        dtype: T::DTYPE,
-        shape: shape.to_vec(),
-        preset: config.preset,
-        bound: config.bound,
-        eb,
-        radius: DEFAULT_RADIUS,
-        chunk_shape,
-        codebook: codebook_bytes,
-        chunks,
-    };
-    Ok(Stream::write(&header, &payloads))
+impl<T: Element> Prepared<T> {
+    /// Entropy-codes the chunks with `codebook` (which must have a code for every symbol) and
+    /// writes the stream; `stored` is what the header keeps of the codebook for `source`.
+    pub fn finish(&self, config: &Config, codebook: &Codebook, source: CodebookSource, stored: Vec<u8>) -> Result<Vec<u8>> {
+        let encoded: Vec<(ChunkEntry, Vec<u8>)> = self
+            .chunks
+            .par_iter()
+            .map(|c| {
+                let raw = chunk_bytes(c, codebook)?;
+                let bytes = frames::pack(&raw, |frame| frames::level_for(config.preset, frame));
+                Ok((ChunkEntry { predictor: self.predictor.kind(), stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes))
+            })
+            .collect::<Result<_>>()?;
+        let (chunks, payloads): (Vec<ChunkEntry>, Vec<Vec<u8>>) = encoded.into_iter().unzip();
+        let header = Header {
+            dtype: T::DTYPE,
+            shape: self.shape.clone(),
+            preset: config.preset,
+            bound: config.bound,
+            eb: self.eb,
+            radius: DEFAULT_RADIUS,
+            chunk_shape: self.chunk_shape.clone(),
+            codebook_source: source,
+            codebook: stored,
+            chunks,
+        };
+        Ok(Stream::write(&header, &payloads))
+    }
 }
 
 fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebook: &Codebook, q: &Quantizer) -> Result<Vec<T>> {
@@ -240,6 +283,37 @@ fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebo
 }
 
 pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
+    decompress_with(stream, None).map(|(values, shape, _)| (values, shape))
+}
+
+/// The stream's codebook: its own, a built-in one, or `previous` (the codebook in force in a
+/// chunked stream), checked against the stream's alphabet.
+fn resolve_codebook(h: &Header, previous: Option<&Arc<Codebook>>, alphabet: usize) -> Result<Arc<Codebook>> {
+    let codebook = match h.codebook_source {
+        CodebookSource::Inline => {
+            let (codebook, used) = Codebook::read(&h.codebook, alphabet)?;
+            if used != h.codebook.len() {
+                return Err(corrupt!("{} unexpected bytes after the codebook", h.codebook.len() - used));
+            }
+            return Ok(Arc::new(codebook));
+        }
+        CodebookSource::Offline => {
+            let id = h.codebook[0];
+            offline::get(id).ok_or_else(|| corrupt!("stream uses built-in codebook {id}, which this build does not have"))?.codebook.clone()
+        }
+        CodebookSource::Previous => previous
+            .ok_or_else(|| corrupt!("stream reuses the codebook of the record before it: decode it as part of its chunked stream"))?
+            .clone(),
+    };
+    if codebook.symbol_limit() > alphabet {
+        return Err(corrupt!("codebook has symbols beyond the stream's alphabet of {alphabet}"));
+    }
+    Ok(codebook)
+}
+
+/// Decompresses a stream whose codebook may be `previous` (see [`resolve_codebook`]); also
+/// returns the codebook used, which the next record of a chunked stream may refer to.
+pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook>>) -> Result<(Vec<T>, Vec<usize>, Arc<Codebook>)> {
     let s = Stream::read(stream)?;
     let h = &s.header;
     if h.dtype != T::DTYPE {
@@ -247,10 +321,7 @@ pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
     }
     let n = num_elements(&h.shape);
     let q = Quantizer::new(h.eb, h.radius);
-    let (codebook, used) = Codebook::read(&h.codebook, q.alphabet())?;
-    if used != h.codebook.len() {
-        return Err(corrupt!("{} unexpected bytes after the codebook", h.codebook.len() - used));
-    }
+    let codebook = resolve_codebook(h, previous, q.alphabet())?;
     let boxes = if n == 0 { Vec::new() } else { chunk_boxes(&h.shape, &h.chunk_shape) };
     // Undo the lossless stage first: the output is only allocated once every chunk proved to
     // carry at least the bits its elements need.
@@ -263,7 +334,7 @@ pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
     }
     if let ([raw], [entry], [b]) = (raws.as_slice(), h.chunks.as_slice(), boxes.as_slice()) {
         // One chunk is the whole array: its buffer is the output, no copy.
-        return Ok((decode_chunk::<T>(raw, entry, b, &codebook, &q)?, h.shape.clone()));
+        return Ok((decode_chunk::<T>(raw, entry, b, &codebook, &q)?, h.shape.clone(), codebook));
     }
     let mut out = vec![T::default(); n];
     let target = ChunkedOutput::new(&mut out);
@@ -272,5 +343,5 @@ pub fn decompress<T: Element>(stream: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
         target.scatter(&h.shape, b, &values);
         Ok::<(), CodecError>(())
     })?;
-    Ok((out, h.shape.clone()))
+    Ok((out, h.shape.clone(), codebook))
 }

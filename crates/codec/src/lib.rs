@@ -25,12 +25,16 @@ mod predictor;
 mod quantizer;
 mod selection;
 mod stream;
+mod streaming;
+mod target;
 mod threads;
 
 pub use element::{DType, Element};
 pub use error::{CodecError, Result};
 pub use predictor::PredictorKind;
-pub use stream::StreamInfo;
+pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
+pub use stream::{CodebookSource, StreamInfo};
+pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
 
 /// How the user states the error bound.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,6 +43,12 @@ pub enum ErrorBound {
     Absolute(f64),
     /// A fraction of the value range (max - min over the finite values).
     Relative(f64),
+    /// Fixed ratio: the bound is searched so the stream is this many times smaller than the
+    /// input (within a few percent where reachable); the stream records the bound found.
+    Ratio(f64),
+    /// Target PSNR in dB (over the finite values, peak = value range): the largest bound found
+    /// whose PSNR is at least this, aiming within 1.5 dB above it.
+    Psnr(f64),
 }
 
 /// What to optimise for.
@@ -68,7 +78,10 @@ impl Config {
 
 /// Compresses a C-order (last index fastest) array of `shape` into a self-describing stream.
 pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Result<Vec<u8>> {
-    threads::run_with(config.threads, || compressor::compress(data, shape, config))
+    threads::run_with(config.threads, || match config.bound {
+        ErrorBound::Ratio(_) | ErrorBound::Psnr(_) => target::compress(data, shape, config),
+        ErrorBound::Absolute(_) | ErrorBound::Relative(_) => compressor::compress(data, shape, config),
+    })
 }
 
 /// Decompresses a stream holding elements of type `T`; returns the values and the shape.
@@ -86,4 +99,26 @@ pub fn dtype(stream: &[u8]) -> Result<DType> {
 /// Reads and validates a stream's header without decoding its payload.
 pub fn info(stream: &[u8]) -> Result<StreamInfo> {
     stream::StreamInfo::read(stream)
+}
+
+/// Symbol histogram of `data` compressed under the absolute bound `eb` (the predictor chosen as
+/// `compress` would). For building offline codebooks (`benches/build_codebooks.py`).
+#[doc(hidden)]
+pub fn symbol_histogram<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64) -> Result<Vec<u64>> {
+    compressor::check_shape(shape, data.len())?;
+    if !(eb.is_finite() && eb >= 0.0) {
+        return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
+    }
+    threads::run_with(config.threads, || Ok(compressor::prepare(data, shape, config, eb, None).histogram))
+}
+
+/// The bytes of an offline codebook set, one codebook per (id, name, histogram).
+#[doc(hidden)]
+pub fn offline_codebook_set(books: &[(u8, String, Vec<u64>)]) -> Vec<u8> {
+    entropy::offline::build_set(books)
+}
+
+/// The built-in codebooks: (id, name).
+pub fn offline_codebooks() -> Vec<(u8, String)> {
+    entropy::offline::all().iter().map(|b| (b.id, b.name.clone())).collect()
 }

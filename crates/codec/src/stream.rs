@@ -2,10 +2,10 @@
 //! chunks' payloads, and a checksum over the payload. Layout (all integers little-endian):
 //!
 //! ```text
-//! "AMRZ" | version u8 | dtype u8 | ndim u8 | preset u8 | bound mode u8 | 3 zero bytes
+//! "AMRZ" | version u8 | dtype u8 | ndim u8 | preset u8 | bound mode u8 | codebook source u8 | 2 zero bytes
 //! bound f64 (as the user gave it) | eb f64 (absolute bound used) | radius u32
 //! shape u64 x ndim | chunk shape u64 x ndim
-//! codebook length u32 | codebook bytes
+//! codebook length u32 | codebook bytes (the table, an offline codebook id, or nothing)
 //! chunk count u64 | per chunk: predictor u8, stored length u64, raw length u64
 //! crc32 of everything above (u32)
 //! chunk payloads, in chunk order | crc32 of the payloads (u32)
@@ -26,6 +26,18 @@ pub const VERSION: u8 = 1;
 pub const MAX_CHUNK_ELEMENTS: usize = 1 << 27;
 const MAX_NDIM: usize = 4;
 
+/// Where the stream's Huffman codebook comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodebookSource {
+    /// Serialized in the header.
+    Inline = 0,
+    /// One of the codebooks built into the library; the header holds its id (one byte).
+    Offline = 1,
+    /// The codebook of the preceding record of a chunked stream (see `streaming`); the header
+    /// holds nothing, and the stream cannot be decoded on its own.
+    Previous = 2,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkEntry {
     pub predictor: PredictorKind,
@@ -42,6 +54,7 @@ pub struct Header {
     pub eb: f64,
     pub radius: u32,
     pub chunk_shape: Vec<usize>,
+    pub codebook_source: CodebookSource,
     pub codebook: Vec<u8>,
     pub chunks: Vec<ChunkEntry>,
 }
@@ -53,8 +66,10 @@ impl Header {
         let (mode, bound) = match self.bound {
             ErrorBound::Absolute(b) => (0u8, b),
             ErrorBound::Relative(b) => (1u8, b),
+            ErrorBound::Ratio(r) => (2u8, r),
+            ErrorBound::Psnr(p) => (3u8, p),
         };
-        out.extend_from_slice(&[VERSION, self.dtype as u8, self.shape.len() as u8, self.preset as u8, mode, 0, 0, 0]);
+        out.extend_from_slice(&[VERSION, self.dtype as u8, self.shape.len() as u8, self.preset as u8, mode, self.codebook_source as u8, 0, 0]);
         out.extend_from_slice(&bound.to_le_bytes());
         out.extend_from_slice(&self.eb.to_le_bytes());
         out.extend_from_slice(&self.radius.to_le_bytes());
@@ -94,13 +109,21 @@ impl Header {
             p => return Err(corrupt!("unknown preset {p}")),
         };
         let mode = r.u8("bound mode")?;
-        if r.take(3, "reserved")? != [0, 0, 0] {
+        let codebook_source = match r.u8("codebook source")? {
+            0 => CodebookSource::Inline,
+            1 => CodebookSource::Offline,
+            2 => CodebookSource::Previous,
+            c => return Err(corrupt!("unknown codebook source {c}")),
+        };
+        if r.take(2, "reserved")? != [0, 0] {
             return Err(corrupt!("reserved header bytes are not zero"));
         }
         let value = r.f64("bound")?;
         let bound = match mode {
             0 => ErrorBound::Absolute(value),
             1 => ErrorBound::Relative(value),
+            2 => ErrorBound::Ratio(value),
+            3 => ErrorBound::Psnr(value),
             m => return Err(corrupt!("unknown bound mode {m}")),
         };
         let eb = r.f64("absolute bound")?;
@@ -126,6 +149,10 @@ impl Header {
         }
         let cb_len = r.u32("codebook length")? as usize;
         let codebook = r.take(cb_len, "codebook")?.to_vec();
+        match (codebook_source, cb_len) {
+            (CodebookSource::Inline, _) | (CodebookSource::Offline, 1) | (CodebookSource::Previous, 0) => {}
+            (source, n) => return Err(corrupt!("{n} codebook bytes for a codebook source {source:?}")),
+        }
         let n_chunks = r.u64("chunk count")?;
         let expected: usize = shape.iter().zip(&chunk_shape).map(|(&n, &c)| n.div_ceil(c)).product();
         if n_chunks != expected as u64 {
@@ -145,7 +172,7 @@ impl Header {
         if crc != crc32fast::hash(&stream[..covered]) {
             return Err(corrupt!("header checksum mismatch"));
         }
-        Ok((Header { dtype, shape, preset, bound, eb, radius, chunk_shape, codebook, chunks }, r.position()))
+        Ok((Header { dtype, shape, preset, bound, eb, radius, chunk_shape, codebook_source, codebook, chunks }, r.position()))
     }
 }
 
@@ -199,6 +226,9 @@ pub struct StreamInfo {
     /// The absolute bound every value honours.
     pub abs_bound: f64,
     pub chunk_shape: Vec<usize>,
+    pub codebook_source: CodebookSource,
+    /// Id of the built-in codebook, for `CodebookSource::Offline`.
+    pub offline_codebook: Option<u8>,
     /// Chunks per predictor, in predictor-code order, for those used.
     pub predictors: Vec<(PredictorKind, usize)>,
     pub compressed_size: usize,
@@ -225,6 +255,8 @@ impl StreamInfo {
             bound: h.bound,
             abs_bound: h.eb,
             chunk_shape: h.chunk_shape,
+            codebook_source: h.codebook_source,
+            offline_codebook: (h.codebook_source == CodebookSource::Offline).then(|| h.codebook[0]),
             predictors,
             compressed_size: stream.len(),
         })

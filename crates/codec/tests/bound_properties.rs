@@ -267,12 +267,31 @@ fn error_bound<T: Float>(data: &[T], request: BoundRequest) -> ErrorBound {
     }
 }
 
-/// The absolute bound the request promises, recomputed independently of the codec.
-fn requested_bound<T: Float>(data: &[T], bound: ErrorBound) -> f64 {
+/// The absolute bound the request promises, recomputed independently of the codec; a target
+/// promises the bound the stream records.
+fn requested_bound<T: Float>(data: &[T], bound: ErrorBound, recorded: f64) -> f64 {
     match bound {
         ErrorBound::Absolute(a) => a,
         ErrorBound::Relative(r) => finite_range(data).map_or(0.0, |(lo, hi)| r * (hi - lo)),
+        ErrorBound::Ratio(_) | ErrorBound::Psnr(_) => recorded,
     }
+}
+
+/// PSNR over the finite values (peak = their range); infinite when nothing changed.
+fn psnr<T: Float>(data: &[T], out: &[T]) -> f64 {
+    let Some((lo, hi)) = finite_range(data) else { return f64::INFINITY };
+    let (mut sum, mut n) = (0.0f64, 0usize);
+    for (&x, &y) in data.iter().zip(out) {
+        if x.to_f64().is_finite() {
+            let d = x.to_f64() - y.to_f64();
+            sum += d * d;
+            n += 1;
+        }
+    }
+    if sum == 0.0 {
+        return f64::INFINITY;
+    }
+    20.0 * ((hi - lo).min(f64::MAX) / (sum / n as f64).sqrt()).log10()
 }
 
 fn hex<T: Float>(x: T) -> String {
@@ -293,7 +312,7 @@ fn check_round_trip<T: Float>(data: &[T], shape: &[usize], config: &Config) -> R
     prop_assert_eq!(meta.bound, config.bound);
     prop_assert_eq!(meta.preset, config.preset);
     prop_assert!(meta.abs_bound.is_finite() && meta.abs_bound >= 0.0, "abs_bound {}", meta.abs_bound);
-    let requested = requested_bound(data, config.bound);
+    let requested = requested_bound(data, config.bound, meta.abs_bound);
 
     let (out, out_shape) = decompress::<T>(&stream, Some(1)).map_err(|e| TestCaseError::fail(format!("decompress failed: {e}")))?;
     let (out_dual, _) =
@@ -418,6 +437,26 @@ fn bounded<T: Float>(
 ) -> Result<(), TestCaseError> {
     let data = build::<T>(pattern, shape, seed);
     check_round_trip(&data, shape, &config(error_bound(&data, request), preset, predictor))
+}
+
+/// Ratio and PSNR targets: the bound the stream records holds like any other, and a PSNR target
+/// is a floor (when the range is finite, so the PSNR is defined).
+fn targeted<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64, target: ErrorBound, preset: Preset) -> Result<(), TestCaseError> {
+    let data = build::<T>(pattern, shape, seed);
+    check_round_trip(&data, shape, &config(target, preset, None))?;
+    if let ErrorBound::Psnr(p) = target {
+        let stream = compress(&data, shape, &config(target, preset, None)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let (out, _) = decompress::<T>(&stream, None).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if finite_range(&data).is_some_and(|(lo, hi)| (hi - lo).is_finite()) {
+            let got = psnr(&data, &out);
+            prop_assert!(got >= p, "PSNR {} below the target {}", got, p);
+        }
+    }
+    Ok(())
+}
+
+fn targets() -> impl Strategy<Value = ErrorBound> {
+    prop_oneof![(1.0f64..200.0).prop_map(ErrorBound::Ratio), (10.0f64..140.0).prop_map(ErrorBound::Psnr)]
 }
 
 /// Mostly zeros, and values whose residual against a zero prediction is a bin index at an
@@ -561,6 +600,16 @@ proptest! {
         shape in shapes(), pattern in patterns(), seed in any::<u64>(), request in bound_requests(), preset in presets(), predictor in predictors(),
     ) {
         bounded::<f64>(&pattern, &shape, seed, request, preset, predictor)?;
+    }
+
+    #[test]
+    fn f32_targets_keep_their_bound(shape in shapes(), pattern in patterns(), seed in any::<u64>(), target in targets(), preset in presets()) {
+        targeted::<f32>(&pattern, &shape, seed, target, preset)?;
+    }
+
+    #[test]
+    fn f64_targets_keep_their_bound(shape in shapes(), pattern in patterns(), seed in any::<u64>(), target in targets(), preset in presets()) {
+        targeted::<f64>(&pattern, &shape, seed, target, preset)?;
     }
 
     #[test]

@@ -1,27 +1,31 @@
 //! The `amrzip._core` extension module: a thin layer from numpy arrays and bytes to the Rust
 //! codec. Argument checking that needs Python types lives in `python/amrzip/codec.py`.
 
-use amrzip_codec::{self as codec, CodecError, Config, DType, Element, ErrorBound, PredictorKind, Preset};
+use amrzip_codec::{self as codec, CodebookSource, CodecError, Config, DType, Element, ErrorBound, PredictorKind, Preset};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod streaming;
+
 create_exception!(_core, CorruptStreamError, PyValueError, "The data is not a valid amrzip stream (damaged, truncated or not amrzip).");
 
-fn to_py(e: CodecError) -> PyErr {
+pub(crate) fn to_py(e: CodecError) -> PyErr {
     match e {
         CodecError::InvalidInput(m) => PyValueError::new_err(m),
         CodecError::Corrupt(m) => CorruptStreamError::new_err(m),
     }
 }
 
-fn config(bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, predictor: Option<&str>) -> PyResult<Config> {
+pub(crate) fn config(bound_mode: &str, bound: f64, preset: &str, threads: Option<usize>, predictor: Option<&str>) -> PyResult<Config> {
     let bound = match bound_mode {
         "abs" => ErrorBound::Absolute(bound),
         "rel" => ErrorBound::Relative(bound),
-        m => return Err(PyValueError::new_err(format!("unknown bound mode {m:?} (expected 'abs' or 'rel')"))),
+        "ratio" => ErrorBound::Ratio(bound),
+        "psnr" => ErrorBound::Psnr(bound),
+        m => return Err(PyValueError::new_err(format!("unknown bound mode {m:?} (expected 'abs', 'rel', 'ratio' or 'psnr')"))),
     };
     let preset = match preset {
         "ratio" => Preset::Ratio,
@@ -103,6 +107,8 @@ fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     let (kind, value) = match i.bound {
         ErrorBound::Absolute(v) => ("abs", v),
         ErrorBound::Relative(v) => ("rel", v),
+        ErrorBound::Ratio(v) => ("ratio", v),
+        ErrorBound::Psnr(v) => ("psnr", v),
     };
     d.set_item("bound_mode", kind)?;
     d.set_item("bound", value)?;
@@ -115,6 +121,15 @@ fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     }
     d.set_item("chunks_per_predictor", counts)?;
     d.set_item("chunk_shape", i.chunk_shape.clone())?;
+    let codebook = match (i.codebook_source, i.offline_codebook) {
+        (CodebookSource::Offline, Some(id)) => {
+            let name = codec::offline_codebooks().into_iter().find(|(i, _)| *i == id).map_or_else(|| "unknown".to_string(), |(_, n)| n);
+            format!("built-in {id} ({name})")
+        }
+        (CodebookSource::Previous, _) => "previous record".to_string(),
+        _ => "inline".to_string(),
+    };
+    d.set_item("codebook", codebook)?;
     d.set_item("compressed_size", i.compressed_size)?;
     d.set_item("original_size", i.original_size)?;
     d.set_item("ratio", if i.compressed_size > 0 { i.original_size as f64 / i.compressed_size as f64 } else { 0.0 })?;
@@ -127,5 +142,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decompress, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add("CorruptStreamError", m.py().get_type::<CorruptStreamError>())?;
+    m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
+    m.add_class::<streaming::StreamEncoder>()?;
+    m.add_class::<streaming::StreamDecoder>()?;
+    m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;
+    m.add_function(wrap_pyfunction!(streaming::_offline_codebook_set, m)?)?;
+    m.add_function(wrap_pyfunction!(streaming::offline_codebooks, m)?)?;
     Ok(())
 }

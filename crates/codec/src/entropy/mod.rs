@@ -1,5 +1,9 @@
-//! Entropy stages: canonical Huffman over quantization symbols (one codebook per stream), then a
-//! general-purpose lossless pass (zstd, in independent frames) over each chunk's bytes.
+//! Entropy stages: canonical Huffman over quantization symbols (one codebook per stream: its
+//! own, a built-in one from `offline`, or in a chunked stream the one of the record before),
+//! then a general-purpose lossless pass (zstd, in independent frames) over each chunk's bytes.
+//! `adaptive` decides, chunk after chunk, when a chunked stream needs a new codebook.
 
+pub mod adaptive;
 pub mod frames;
 pub mod huffman;
+pub mod offline;
