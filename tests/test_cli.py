@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import amrzip
-from roundtrip import check
+from amrzip._metrics import psnr
+from roundtrip import check, requested_bound
+from test_codec_api import sprinkle_nonfinite
+from test_streaming import assemble, check_stream, records
 
 
 def amrzip_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
@@ -228,3 +234,193 @@ def test_corrupt_stream(tmp_path, field, command, damage):
 def test_damaged_npy(tmp_path):
     (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
     assert_error(amrzip_cli("compress", "bad.npy", "--rel", "1e-3", cwd=tmp_path), 1, "bad.npy")
+
+
+# --- chunked streams (compress --chunk-mb) -------------------------------------------------------
+
+# 4 rows of 30x40 float32 per slab: 20x30x40 becomes 5 records.
+CHUNKED = RAW + ["--chunk-mb", str(4 * 30 * 40 * 4 / 2**20)]
+
+
+@pytest.mark.parametrize(
+    "bound, requested",
+    [(["--rel", "1e-3"], lambda x: requested_bound(x, rel=1e-3)), (["--abs", "0.01"], lambda x: 0.01),
+     (["--ratio", "10"], lambda x: None), (["--psnr", "60"], lambda x: None)],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_chunked_round_trip(tmp_path, raw, field, bound, requested):
+    run = amrzip_cli(*CHUNKED, *bound, "--verify", "-o", "f.amrzs", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert "5 records" in run.stdout and "max error" in run.stdout
+    assert ("PSNR" in run.stdout) == (bound[0] == "--psnr")
+    stream = tmp_path / "f.amrzs"
+    decoded = check_stream(field, stream, 4, abs=requested(field))
+    if bound[0] == "--psnr":
+        assert psnr(field, decoded) >= 60
+
+    for name in ("back.raw", "back.npy"):
+        run = amrzip_cli("decompress", "f.amrzs", "-o", name, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert "float32 20x30x40" in run.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "back.npy"), decoded)
+    assert (tmp_path / "back.raw").read_bytes() == decoded.astype("<f4").tobytes()
+
+
+def test_chunked_stream_is_the_library_stream(tmp_path, raw, field):
+    assert amrzip_cli(*CHUNKED, "--abs", "0.01", "--threads", "1", cwd=tmp_path).returncode == 0
+    with amrzip.StreamCompressor(np.float32, (4, 30, 40), abs=0.01, threads=1) as c:
+        c.write(field)
+        expected = c.finish()
+    assert (tmp_path / "field.amrzs").read_bytes() == expected  # default name: suffix .amrzs
+
+
+def test_chunked_inputs(tmp_path, field):
+    """A .npy input, a big-endian raw one, and a 1-d one with NaN and infinities."""
+    x = field.astype(np.float64)
+    np.save(tmp_path / "x.npy", x)
+    assert amrzip_cli("compress", "x.npy", "--abs", "0.01", "--chunk-mb", "0.05", cwd=tmp_path).returncode == 0
+    check_stream(x, tmp_path / "x.amrzs", 5, abs=0.01)  # 0.05 MiB: 5 rows of 30x40 float64
+
+    field.astype(">f4").tofile(tmp_path / "be.raw")
+    run = amrzip_cli("compress", "be.raw", "--dtype", "f32", "--shape", "20,30,40", "--byteorder", "big",
+                     "--abs", "0.01", "--chunk-mb", "0.01", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    check_stream(field, tmp_path / "be.amrzs", 2, abs=0.01)
+    assert amrzip_cli("decompress", "be.amrzs", "-o", "be.npy", "--byteorder", "big", cwd=tmp_path).returncode == 0
+    assert np.load(tmp_path / "be.npy").dtype == np.dtype(">f4")
+
+    flat = sprinkle_nonfinite(field.reshape(-1))
+    flat.tofile(tmp_path / "flat.raw")
+    run = amrzip_cli("compress", "flat.raw", "--dtype", "f32", "--shape", flat.size, "--rel", "1e-2", "--chunk-mb", "0.01",
+                     "--verify", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    check_stream(flat, tmp_path / "flat.amrzs", int(0.01 * 2**20) // 4, abs=requested_bound(flat, rel=1e-2))
+
+
+def test_chunked_empty_input(tmp_path):
+    (tmp_path / "e.raw").write_bytes(b"")
+    run = amrzip_cli("compress", "e.raw", "--dtype", "f64", "--shape", "0,7", "--abs", "1", "--chunk-mb", "1", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "0 records" in run.stdout
+    assert amrzip_cli("decompress", "e.amrzs", "-o", "e.npy", cwd=tmp_path).returncode == 0
+    assert np.load(tmp_path / "e.npy").shape == (0,)  # no record keeps the other sides
+    assert "0 records" in amrzip_cli("info", "e.amrzs", cwd=tmp_path).stdout
+
+
+def test_chunked_info(tmp_path, raw, field):
+    assert amrzip_cli(*CHUNKED, "--ratio", "10", "-o", "f.amrzs", cwd=tmp_path).returncode == 0
+    run = amrzip_cli("info", "f.amrzs", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    for text in ("chunked stream, 5 records", "float32", "20x30x40", "4x30x40", "ratio 10 (abs ", "codebooks", "kept", "compressed"):
+        assert text in run.stdout
+
+    described = json.loads(amrzip_cli("info", "f.amrzs", "--json", cwd=tmp_path).stdout)
+    size = (tmp_path / "f.amrzs").stat().st_size
+    assert (described["records"], described["shape"], described["chunk_shape"]) == (5, [20, 30, 40], [4, 30, 40])
+    assert (described["bound_mode"], described["bound"]) == ("ratio", 10)
+    assert (described["compressed_size"], described["original_size"]) == (size, field.nbytes)
+    assert described["ratio"] == pytest.approx(field.nbytes / size)
+    assert sum(described["codebooks"].values()) == sum(described["records_per_predictor"].values()) == 5
+    lo, hi = described["abs_bound_range"]
+    assert 0 < lo <= hi
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (CHUNKED + ["--rel", "1e-3", "--chunk-mb", "0"], ["--chunk-mb", "> 0"]),
+        (CHUNKED + ["--rel", "1e-3", "--chunk-mb", "-1"], ["--chunk-mb", "> 0"]),
+        (CHUNKED + ["--rel", "1e-3", "--chunk-mb", "nan"], ["--chunk-mb", "finite"]),
+        (CHUNKED + ["--rel", "1e-3", "--chunk-mb", "big"], ["--chunk-mb"]),
+        (CHUNKED, ["exactly one error bound"]),
+        (["compress", "field.raw", "--dtype", "f32", "--shape", "20,30,41", "--abs", "1", "--chunk-mb", "1"], ["96000 bytes"]),
+        (["compress", "field.raw", "--abs", "1", "--chunk-mb", "1"], ["--dtype"]),
+    ],
+    ids=lambda v: " ".join(v[3:]) if isinstance(v, list) else None,
+)
+def test_chunked_usage_errors(tmp_path, raw, args, fragments):
+    assert_error(amrzip_cli(*args, cwd=tmp_path), 2, *fragments)
+    assert not (tmp_path / "field.amrzs").exists()
+
+
+@pytest.mark.parametrize(
+    "array, fragments",
+    [(np.zeros((3, 4), ">f4"), ["native byte order"]), (np.asfortranarray(np.zeros((3, 4), np.float32)), ["C-order"]),
+     (np.zeros((3, 4), np.int32), ["unsupported dtype int32"])],
+    ids=["big-endian", "fortran order", "int32"],
+)
+def test_chunked_npy_refused(tmp_path, array, fragments):
+    np.save(tmp_path / "a.npy", array)
+    assert_error(amrzip_cli("compress", "a.npy", "--abs", "1", "--chunk-mb", "1", cwd=tmp_path), 2, *fragments)
+
+
+def test_chunked_existing_output_needs_force(tmp_path, raw):
+    (tmp_path / "field.amrzs").write_bytes(b"keep me")
+    assert_error(amrzip_cli(*CHUNKED, "--abs", "1", cwd=tmp_path), 2, "--force")
+    assert (tmp_path / "field.amrzs").read_bytes() == b"keep me"
+    assert amrzip_cli(*CHUNKED, "--abs", "1", "--force", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "field.amrzs").read_bytes()[:4] == b"AMRS"
+
+
+CHUNKED_DAMAGE = dict(DAMAGE, **{
+    "end block": lambda s: s[:-3] + bytes([s[-3] ^ 1]) + s[-2:],
+    "last record": lambda s: s[:-40] + bytes([s[-40] ^ 1]) + s[-39:],
+    "records swapped": lambda s: assemble(s, [records(s)[1], records(s)[0], *records(s)[2:]]),
+    "magic only": lambda s: s[:4],
+})
+
+
+@pytest.mark.parametrize("command", [["decompress"], ["decompress", "-o", "bad.npy"], ["info"]])
+@pytest.mark.parametrize("damage", list(CHUNKED_DAMAGE))
+def test_corrupt_chunked_stream(tmp_path, field, command, damage):
+    with amrzip.StreamCompressor(np.float32, (4, 30, 40), abs=0.01) as c:
+        c.write(field)
+        stream = c.finish()
+    (tmp_path / "bad.amrzs").write_bytes(CHUNKED_DAMAGE[damage](stream))
+    assert_error(amrzip_cli(*command, "bad.amrzs", cwd=tmp_path), 1, "bad.amrzs", "not a valid amrzip stream")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.amrzs"]  # no output, not even a partial one
+
+
+# 200 MB of input; and its compressed stream, and its decompressed copy.
+BIG_ROWS, BIG_SIDE = 800, 256
+BIG_BYTES = BIG_ROWS * BIG_SIDE * BIG_SIDE * 4
+MEASURE = """
+import json, resource, subprocess, sys
+run = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps([run.returncode, run.stdout, run.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))
+"""
+
+
+def peak_rss_mb(*args, cwd: Path, env=None) -> tuple[float, str, str]:
+    """Runs the amrzip command from a fresh process whose only child it is, so that the peak
+    resident set size of its children is that of the command alone. Returns it, stdout, stderr."""
+    run = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "amrzip", *map(str, args)],
+                         cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    status, stdout, stderr, kb = json.loads(run.stdout)
+    assert status == 0, stderr
+    return kb / 1024, stdout, stderr
+
+
+@pytest.mark.skipif(shutil.disk_usage(tempfile.gettempdir()).free < 3 * BIG_BYTES, reason="no room for 600 MB in the temporary directory")
+def test_chunked_memory_stays_bounded(tmp_path):
+    rng = np.random.default_rng(0)
+    plane = np.sin(np.linspace(0, 3, BIG_SIDE))[:, None] + np.cos(np.linspace(0, 6, BIG_SIDE))[None, :]
+    with open(tmp_path / "big.raw", "wb") as f:
+        for start in range(0, BIG_ROWS, 50):
+            k = np.arange(start, start + 50)[:, None, None]
+            slab = plane * np.cos(k / 40) + 0.01 * rng.standard_normal((50, BIG_SIDE, BIG_SIDE))
+            slab.astype(np.float32).tofile(f)
+    baseline, _, _ = peak_rss_mb("--help", cwd=tmp_path)
+    # FORCE_COLOR makes rich take stderr for a terminal: the progress bars are drawn too.
+    env = dict(os.environ, FORCE_COLOR="1")
+    shape = f"{BIG_ROWS},{BIG_SIDE},{BIG_SIDE}"
+    compress, out, err = peak_rss_mb("compress", "big.raw", "--dtype", "f32", "--shape", shape, "--rel", "1e-3", "--chunk-mb", 4,
+                                     "-o", "big.amrzs", cwd=tmp_path, env=env)
+    assert "50 records" in out and "scanning big.raw" in err and "compressing big.raw" in err
+    decompress, out, err = peak_rss_mb("decompress", "big.amrzs", "-o", "back.npy", cwd=tmp_path, env=env)
+    assert "float32 800x256x256" in out and "decompressing big.amrzs" in err
+    print(f"peak RSS: --help {baseline:.0f} MB, compress {compress:.0f} MB, decompress {decompress:.0f} MB")
+    assert compress - baseline < 100 and decompress - baseline < 100
+    back = np.load(tmp_path / "back.npy", mmap_mode="r")
+    assert back.shape == (BIG_ROWS, BIG_SIDE, BIG_SIDE)

@@ -21,7 +21,8 @@ def max_abs_error(x: np.ndarray, y: np.ndarray) -> float:
     worst = 0.0
     for a, b in _blocks(x, y):
         kept = (a == b) | (np.isnan(a) & np.isnan(b))
-        err = np.where(kept, 0.0, np.abs(a - b))
+        with np.errstate(invalid="ignore"):  # inf - inf where kept is True anyway
+            err = np.where(kept, 0.0, np.abs(a - b))
         worst = max(worst, float(np.nan_to_num(err, nan=math.inf).max(initial=0.0)))
     return worst
 
@@ -33,9 +34,11 @@ def psnr(x: np.ndarray, y: np.ndarray) -> float:
         finite = np.isfinite(a)
         a, b = a[finite], b[finite]
         if a.size:
-            lo, hi = min(lo, a.min()), max(hi, a.max())
-            sq += float(np.sum((a - b) ** 2))
+            lo, hi = min(lo, float(a.min())), max(hi, float(a.max()))
+            with np.errstate(over="ignore"):  # errors beyond float64: infinite, PSNR -inf
+                sq += float(np.sum((a - b) ** 2))
             n += a.size
     if n == 0 or sq == 0.0:
         return math.inf
-    return 20 * math.log10(hi - lo) - 10 * math.log10(sq / n) if hi > lo else -math.inf
+    # The codec caps a range wider than float64 can hold at its largest value; so does this.
+    return 20 * math.log10(min(hi - lo, np.finfo(np.float64).max)) - 10 * math.log10(sq / n) if hi > lo else -math.inf

@@ -7,23 +7,35 @@ Errors are reported as one ``amrzip: error: ...`` line on stderr.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
+import numpy as np
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, demo
+from amrzip import _arrayfile, demo, streaming
 from amrzip._metrics import max_abs_error, psnr
-from amrzip.codec import MODES
+from amrzip.codec import MODES, RATIO_WARN
 
 # Runs on smaller inputs finish in about a second; a spinner would only flicker.
 PROGRESS_MIN_BYTES = 64 * 2**20
@@ -40,6 +52,10 @@ def _size(n: float) -> str:
     while n >= 1000 and unit < 4:
         n, unit = n / 1000, unit + 1
     return f"{n:.0f} B" if unit == 0 else f"{n:.1f} {'kMGT'[unit - 1]}B"
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
 
 
 def _rate(nbytes: int, seconds: float) -> str:
@@ -72,10 +88,14 @@ def _check_at_least(floor: float, inclusive: bool = True):
 _check_bound = _check_at_least(0)
 
 
-def _describe_bound(i: dict) -> str:
-    """The bound as the user stated it, plus the absolute bound it became when it was not one."""
+def _describe_bound(i: dict, upper: float | None = None) -> str:
+    """The bound as the user stated it, plus the absolute bound it became when it was not one
+    (from abs_bound up to `upper` when the records of a chunked stream differ)."""
     text = f"{i['bound_mode']} {i['bound']:g}" + (" dB" if i["bound_mode"] == "psnr" else "")
-    return text if i["bound_mode"] == "abs" else f"{text} (abs {i['abs_bound']:.6g})"
+    if i["bound_mode"] == "abs":
+        return text
+    span = f"{i['abs_bound']:.6g}" + (f" to {upper:.6g} by record" if upper is not None and upper != i["abs_bound"] else "")
+    return f"{text} (abs {span})"
 
 
 def _output(path: Path | None, input_path: Path, suffix: str, force: bool) -> Path:
@@ -101,6 +121,22 @@ def _activity(description: str, nbytes: int):
         yield
 
 
+@contextmanager
+def _progress(description: str, nbytes: int):
+    """A bar of bytes done on stderr, shown under the same conditions as _activity's spinner.
+    Yields the function to call with the bytes of each piece done."""
+    console = Console(stderr=True)
+    if nbytes < PROGRESS_MIN_BYTES or not console.is_terminal:
+        yield lambda n: None
+        return
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(description, total=nbytes)
+        yield lambda n: progress.advance(task, n)
+
+
 def _timed(description: str, nbytes: int, fn):
     with _activity(description, nbytes):
         start = time.perf_counter()
@@ -119,6 +155,115 @@ def _read_input(path: Path, dtype, shape, byteorder):
         raise click.UsageError(str(e)) from None
     except _arrayfile.UnreadableError as e:
         raise click.ClickException(str(e)) from None
+
+
+def _mapped_input(path: Path, dtype, shape, byteorder) -> np.ndarray:
+    """INPUT for --chunk-mb: mapped in its own byte order and not read, so that slabs can be
+    read (and converted) one at a time. Checked by _read_input, asked for native order so that
+    it maps without converting."""
+    native = sys.byteorder
+    if _arrayfile.is_npy(path):
+        try:
+            peek = np.load(path, mmap_mode="r", allow_pickle=False)
+        except Exception:  # not a readable .npy: _read_input says why
+            peek = None
+        if peek is not None and not peek.dtype.isnative:
+            raise click.UsageError(f"{path}: --chunk-mb reads a .npy file in native byte order only; drop --chunk-mb")
+        if peek is not None and peek.ndim > 1 and not peek.flags.c_contiguous:
+            raise click.UsageError(f"{path}: --chunk-mb reads a C-order .npy file only; drop --chunk-mb")
+        return _read_input(path, dtype, shape, byteorder)
+    array = _read_input(path, dtype, shape, native)
+    stored = _arrayfile.BYTEORDERS[byteorder or "little"]
+    return array.view(array.dtype.newbyteorder(stored))
+
+
+def _slab(array: np.ndarray, start: int, rows: int) -> np.ndarray:
+    """Rows start..start+rows of a mapped input, mapped on their own: the pages of a map stay in
+    the process's resident set until it is unmapped, so reading through one map of the whole
+    input would grow it to the input's size."""
+    if isinstance(array, np.memmap) and array.filename is not None:
+        row_bytes = array.itemsize * math.prod(array.shape[1:])
+        shape = (rows, *array.shape[1:])
+        return np.memmap(array.filename, dtype=array.dtype, mode="r", offset=array.offset + start * row_bytes, shape=shape)
+    return array[start : start + rows]  # empty inputs, which are not mapped
+
+
+def _finite_range(array: np.ndarray, rows: int, advance) -> float:
+    """max - min of the finite values (0 if there are none), reading one slab at a time."""
+    lo, hi = math.inf, -math.inf
+    for start in range(0, array.shape[0], rows):
+        slab = _slab(array, start, min(rows, array.shape[0] - start))
+        a, b = float(slab.min(initial=math.inf)), float(slab.max(initial=-math.inf))
+        if not (math.isfinite(a) and math.isfinite(b)):  # NaN or infinities: look at the rest only
+            finite = slab[np.isfinite(slab)]
+            a, b = float(finite.min(initial=math.inf)), float(finite.max(initial=-math.inf))
+        lo, hi = min(lo, a), max(hi, b)
+        advance(slab.nbytes)
+    return hi - lo if hi >= lo else 0.0
+
+
+def _chunked(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(streaming.MAGIC)) == streaming.MAGIC
+
+
+def _describe_chunked(path: Path) -> tuple[dict, list[float]]:
+    """What `info` says of a chunked stream, from every record's header (read, not decoded:
+    this checks the container, the counts and the digest), and each record's absolute bound."""
+    reader = amrzip.StreamDecompressor(path)
+    first, bounds, predictors, codebooks = None, [], Counter(), Counter()
+    elements = 0
+    for _, d in reader._records():
+        if first is None:
+            first = d
+        bounds.append(d["abs_bound"])
+        predictors[d["predictor"]] += 1
+        kind = {"inline": "new", "previous record": "kept"}.get(d["codebook"], "built-in")
+        codebooks[kind] += 1
+        elements += math.prod(d["shape"])
+    rest = first["shape"][1:] if first else []
+    size = path.stat().st_size
+    original = elements * reader.dtype.itemsize
+    described = {
+        "format": "chunked",
+        "dtype": reader.dtype.name,
+        "shape": [elements // max(1, math.prod(rest)), *rest],
+        "records": len(bounds),
+        "chunk_shape": first["shape"] if first else [],
+        "mode": first["mode"] if first else None,
+        "bound_mode": first["bound_mode"] if first else None,
+        "bound": first["bound"] if first else None,
+        "abs_bound_range": [min(bounds), max(bounds)] if bounds else None,
+        "records_per_predictor": dict(predictors),
+        "codebooks": {k: codebooks[k] for k in ("new", "kept", "built-in")},
+        "compressed_size": size,
+        "original_size": original,
+        "ratio": original / size,
+    }
+    return described, bounds
+
+
+def _describe_chunked_bound(d: dict) -> str:
+    if not d["records"]:
+        return "-"
+    lo, hi = d["abs_bound_range"]
+    return _describe_bound({**d, "abs_bound": lo}, upper=hi)
+
+
+def _end_block(path: Path) -> tuple[int, int]:
+    """Records and elements from a chunked stream's end block, read before decoding it (for the
+    .npy header and the progress bar); the decoder checks them against the stream at its end."""
+    tail = streaming._LENGTH.size + streaming._END.size
+    with open(path, "rb") as f:
+        size = f.seek(0, io.SEEK_END)
+        if size < streaming._HEADER.size + tail:
+            raise amrzip.CorruptStreamError("too short to be a chunked amrzip stream")
+        f.seek(size - tail)
+        data = f.read(tail)
+    if streaming._LENGTH.unpack(data[: streaming._LENGTH.size]) != (0,):
+        raise amrzip.CorruptStreamError("no end block")
+    records, elements, _ = streaming._END.unpack(data[streaming._LENGTH.size :])
+    return records, elements
 
 
 def _corrupt(path: Path, error: Exception) -> click.ClickException:
@@ -156,10 +301,16 @@ def cli():
 )
 @click.option("--mode", type=click.Choice(MODES), default="ratio", show_default=True, help="Optimise for ratio or for speed.")
 @_threads_option
+@click.option(
+    "--chunk-mb", type=float, callback=_check_at_least(0, inclusive=False),
+    help="Compress slab by slab along the first axis, about this many MiB of input per slab, into a "
+    "chunked stream: memory stays bounded whatever the input size.",
+)
 @click.option("--verify", is_flag=True, help="Decompress the result and check the error bound (and a --psnr target).")
 @_force_option
 def compress(
-    input_path, output, dtype, shape, byteorder, abs_bound, rel_bound, ratio_target, psnr_target, mode, threads, verify, force
+    input_path, output, dtype, shape, byteorder, abs_bound, rel_bound, ratio_target, psnr_target, mode, threads, chunk_mb, verify,
+    force,
 ):
     """Compress INPUT (.npy, or raw binary described by --dtype and --shape) under an error bound
     given by exactly one of --abs, --rel, --ratio and --psnr (the last two search for the bound
@@ -167,6 +318,11 @@ def compress(
     bounds = {"abs": abs_bound, "rel": rel_bound, "ratio": ratio_target, "psnr": psnr_target}
     if sum(v is not None for v in bounds.values()) != 1:
         raise click.UsageError("give exactly one error bound: --abs, --rel, --ratio or --psnr")
+    if chunk_mb is not None:
+        array = _mapped_input(input_path, dtype, shape, byteorder)
+        output = _output(output, input_path, ".amrzs", force)
+        _compress_chunked(input_path, output, array, bounds, mode, threads, chunk_mb, verify)
+        return
     array = _read_input(input_path, dtype, shape, byteorder)
     output = _output(output, input_path, ".amrz", force)
     try:
@@ -181,7 +337,7 @@ def compress(
     except ValueError as e:  # what the codec cannot take, such as an integer .npy
         raise click.UsageError(f"{input_path}: {e}") from None
     for w in caught:
-        click.echo(f"amrzip: warning: {' '.join(str(w.message).split())}", err=True)
+        _warn(str(w.message))
     _arrayfile.write_bytes(output, stream)
 
     described = amrzip.info(stream)
@@ -209,6 +365,107 @@ def compress(
     click.echo(summary)
 
 
+def _warn(message: str):
+    click.echo(f"amrzip: warning: {' '.join(message.split())}", err=True)
+
+
+def _compress_chunked(input_path, output, array, bounds, mode, threads, chunk_mb, verify):
+    """compress --chunk-mb: the input is read one slab along axis 0 at a time (twice for --rel:
+    the value range first), so memory stays within a few slabs."""
+    try:
+        streaming._dtype(array.dtype)  # refused before a --rel pass over all of it
+    except ValueError as e:
+        raise click.UsageError(f"{input_path}: {e}") from None
+    rest = array.shape[1:]
+    rows = max(1, int(chunk_mb * 2**20) // max(1, array.itemsize * math.prod(rest)))
+    n = array.shape[0]
+    given = {k: v for k, v in bounds.items() if v is not None}
+    if "rel" in given:
+        # A chunked stream cannot know the range of slabs not read yet: find it first.
+        with _progress(f"scanning {input_path.name}", array.nbytes) as advance:
+            value_range = _finite_range(array, rows, advance)
+        # rel * max - rel * min would not overflow where max - min does; beyond that, no bound.
+        given = {"abs": min(given["rel"] * value_range, sys.float_info.max)}
+    # A chunk shape cannot have a zero side; an input with no elements is then a flat empty stream.
+    chunk = (rows, *rest) if all(rest) else rows
+    try:
+        start = time.perf_counter()
+        with _arrayfile._replacing(output) as f, _progress(f"compressing {input_path.name}", array.nbytes) as advance:
+            encoder = amrzip.StreamCompressor(array.dtype, chunk, **given, mode=mode, threads=threads, output=f)
+            for first in range(0, n, rows):
+                slab = _slab(array, first, min(rows, n - first))
+                encoder.write(slab)
+                advance(slab.nbytes)
+            encoder.finish()
+        seconds = time.perf_counter() - start
+    except ValueError as e:  # what the codec cannot take, such as an integer .npy
+        raise click.UsageError(f"{input_path}: {e}") from None
+    described, record_bounds = _describe_chunked(output)
+    size = described["compressed_size"]
+    achieved = array.nbytes / size
+    if ratio_target := bounds["ratio"]:
+        if array.nbytes and abs(achieved / ratio_target - 1) > RATIO_WARN:
+            _warn(f"ratio {ratio_target:g} is not reachable for this array; the stream achieves {achieved:.4g}")
+    summary = (
+        f"{input_path} -> {output}: {_size(array.nbytes)} -> {_size(size)}, ratio {achieved:.2f}, "
+        f"{_rate(array.nbytes, seconds)}, {described['records']} records"
+    )
+    if bounds["rel"] is not None:
+        summary += f", bound {_describe_bound({'bound_mode': 'rel', 'bound': bounds['rel'], 'abs_bound': given['abs']})}"
+    elif bounds["abs"] is None and described["records"]:
+        summary += f", bound {_describe_chunked_bound(described)}"
+    if verify:
+        summary += _verify_chunked(output, array, rows, record_bounds, bounds["psnr"], threads)
+    click.echo(summary)
+
+
+class _RunningPsnr:
+    """amrzip._metrics.psnr over a stream seen piece by piece: the range and the squared errors
+    of the finite values are summed as they come."""
+
+    def __init__(self):
+        self.lo, self.hi, self.sq, self.n = math.inf, -math.inf, 0.0, 0
+
+    def add(self, x: np.ndarray, y: np.ndarray):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        finite = np.isfinite(x)
+        x, y = x[finite], y[finite]
+        if x.size:
+            self.lo, self.hi = min(self.lo, x.min()), max(self.hi, x.max())
+            self.sq += float(np.sum((x - y) ** 2))
+            self.n += x.size
+
+    def value(self) -> float:
+        if self.n == 0 or self.sq == 0.0:
+            return math.inf
+        return 20 * math.log10(self.hi - self.lo) - 10 * math.log10(self.sq / self.n) if self.hi > self.lo else -math.inf
+
+
+def _verify_chunked(output, array, rows, record_bounds, psnr_target, threads) -> str:
+    """Decodes the stream record by record against the input: each record within the bound it
+    reports and, for --psnr, the whole stream at or above the target. Returns the text for the
+    summary."""
+    worst, worst_share, quality = 0.0, 0.0, _RunningPsnr()
+    with _progress(f"verifying {output.name}", array.nbytes) as advance:
+        for k, decoded in enumerate(amrzip.StreamDecompressor(output, threads=threads)):
+            original = _slab(array, k * rows, decoded.shape[0])
+            error, bound = max_abs_error(original, decoded), record_bounds[k]
+            if not error <= bound:
+                raise click.ClickException(f"verification failed: max error {error:.6g} in record {k} exceeds its bound {bound:.6g}")
+            worst, worst_share = max(worst, error), max(worst_share, error / bound if bound else 0.0)
+            if psnr_target is not None:
+                quality.add(original, decoded)
+            advance(decoded.nbytes)
+    text = f", max error {worst:.3g} (at most {worst_share:.3f} of its record's bound)"
+    if psnr_target is not None:
+        measured = quality.value()
+        # As in whole-array --verify: 1e-9 dB covers the codec's other order of summing.
+        if not measured >= psnr_target - 1e-9:
+            raise click.ClickException(f"verification failed: PSNR {measured:.6g} dB is below the target {psnr_target:g} dB")
+        text += f", PSNR {measured:.2f} dB"
+    return text
+
+
 @cli.command()
 @click.argument("input_path", metavar="INPUT", type=_input_path)
 @click.option(
@@ -220,7 +477,14 @@ def compress(
 @_threads_option
 @_force_option
 def decompress(input_path, output, byteorder, threads, force):
-    """Decompress the amrzip stream INPUT to raw binary or .npy."""
+    """Decompress the amrzip stream INPUT (or chunked stream) to raw binary or .npy."""
+    if _chunked(input_path):
+        output = _output(output, input_path, ".raw", force)
+        try:
+            _decompress_chunked(input_path, output, byteorder, threads)
+        except amrzip.CorruptStreamError as e:
+            raise _corrupt(input_path, e) from None
+        return
     data, info = _read_stream(input_path)
     output = _output(output, input_path, ".raw", force)
     try:
@@ -236,16 +500,75 @@ def decompress(input_path, output, byteorder, threads, force):
     )
 
 
+def _decompress_chunked(input_path: Path, output: Path, byteorder: str, threads):
+    """Writes each chunk as it is decoded. A .npy header needs the final shape first: the count
+    of elements comes from the end block, the other sides from the first chunk. The stream is
+    checked in full only at its end; until then the output is a temporary file."""
+    _, elements = _end_block(input_path)
+    reader = amrzip.StreamDecompressor(input_path, threads=threads)
+    stored = reader.dtype.newbyteorder(_arrayfile.BYTEORDERS[byteorder])
+    shape = None
+
+    def begin(f, rest):
+        """The final shape, and the .npy header for it."""
+        per_row = math.prod(rest)
+        if per_row == 0 or elements % per_row:
+            raise amrzip.CorruptStreamError(f"{elements} elements do not make rows of {_arrayfile.format_shape(rest)}")
+        if _arrayfile.is_npy(output):
+            header = {"descr": np.lib.format.dtype_to_descr(stored), "fortran_order": False, "shape": (elements // per_row, *rest)}
+            np.lib.format.write_array_header_1_0(f, header)
+        return (elements // per_row, *rest)
+
+    begun = time.perf_counter()
+    with _arrayfile._replacing(output) as f, _progress(f"decompressing {input_path.name}", elements * stored.itemsize) as advance:
+        for chunk in reader:
+            if shape is None:
+                shape = begin(f, chunk.shape[1:])
+            f.write(chunk.astype(stored, copy=False).data)
+            advance(chunk.nbytes)
+        if shape is None:  # no records: an empty flat array
+            shape = begin(f, ())
+    seconds = time.perf_counter() - begun
+    nbytes = elements * stored.itemsize
+    click.echo(
+        f"{input_path} -> {output}: {_size(input_path.stat().st_size)} -> {_size(nbytes)}, "
+        f"{stored.name} {_arrayfile.format_shape(shape)}, {_rate(nbytes, seconds)}"
+    )
+
+
 @cli.command()
 @click.argument("input_path", metavar="INPUT", type=_input_path)
 @click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
 def info(input_path, as_json):
     """Describe the amrzip stream INPUT without decompressing it."""
+    if _chunked(input_path):
+        try:
+            i, _ = _describe_chunked(input_path)
+        except amrzip.CorruptStreamError as e:
+            raise _corrupt(input_path, e) from None
+        if as_json:
+            click.echo(json.dumps(i, indent=2))
+            return
+        predictors = ", ".join(f"{name} ({_plural(n, 'record')})" for name, n in i["records_per_predictor"].items())
+        _print_table([
+            ("format", f"chunked stream, {_plural(i['records'], 'record')}"),
+            ("dtype", i["dtype"]),
+            ("shape", _arrayfile.format_shape(i["shape"])),
+            ("chunk shape", _arrayfile.format_shape(i["chunk_shape"]) or "-"),
+            ("mode", i["mode"] or "-"),
+            ("bound", _describe_chunked_bound(i)),
+            ("predictor", predictors or "-"),
+            ("codebooks", ", ".join(f"{n} {kind}" for kind, n in i["codebooks"].items())),
+            ("original", _size(i["original_size"])),
+            ("compressed", _size(i["compressed_size"])),
+            ("ratio", f"{i['ratio']:.2f}"),
+        ])
+        return
     _, i = _read_stream(input_path)
     if as_json:
         click.echo(json.dumps(i, indent=2))
         return
-    predictors = ", ".join(f"{name} ({n} chunk{'s' * (n != 1)})" for name, n in i["chunks_per_predictor"].items())
+    predictors = ", ".join(f"{name} ({_plural(n, 'chunk')})" for name, n in i["chunks_per_predictor"].items())
     rows = [
         ("dtype", i["dtype"]),
         ("shape", _arrayfile.format_shape(i["shape"])),
@@ -257,6 +580,10 @@ def info(input_path, as_json):
         ("compressed", _size(i["compressed_size"])),
         ("ratio", f"{i['ratio']:.2f}"),
     ]
+    _print_table(rows)
+
+
+def _print_table(rows):
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()

@@ -9,10 +9,10 @@ stream, whose codebook may be the one in force), and an end block with counts.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +25,16 @@ VERSION = 1
 _DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
 _HEADER = struct.Struct("<4sBB2x")
 _LENGTH = struct.Struct("<Q")
-_END = struct.Struct("<QQI")  # records, elements, CRC-32 of those 16 bytes
+# Records, elements, and a 4-byte BLAKE2b digest of every byte before it. A checksum of the counts
+# alone would accept records swapped, repeated or spliced in from another stream; and a CRC-32 over
+# the records would too, since each record ends in CRC-32s of its own parts, which makes its CRC-32
+# depend on its lengths only.
+_END = struct.Struct("<QQ4s")
 POLICIES = ("adaptive", "rebuild", "interval")
+
+
+def _digest():
+    return hashlib.blake2b(digest_size=4)
 
 
 def _dtype(dtype) -> np.dtype:
@@ -44,7 +52,7 @@ def _chunking(chunk):
         return (int(chunk),)
     try:
         shape = tuple(int(n) for n in chunk)
-    except TypeError:
+    except (TypeError, ValueError):  # not a sequence, or one of things other than numbers (a string)
         raise ValueError(f"chunk must be a positive element count or a shape, got {chunk!r}") from None
     if not 1 <= len(shape) <= 4 or min(shape) < 1:
         raise ValueError(f"chunk shape must have 1 to 4 positive dimensions, got {shape}")
@@ -60,9 +68,10 @@ class StreamCompressor:
     ``rows`` along axis 0. Memory stays within a few chunks whatever the total size.
 
     The bound is one of ``abs=``; ``ratio=`` (met over the whole stream: each chunk's bound is
-    adjusted from the bit-rate so far); or ``psnr=`` (every chunk at or above it against its own
-    value range, so the whole stream is too). A value-range relative bound would need data not
-    seen yet: compute ``abs = rel * (max - min)`` first if you know the range.
+    adjusted from the bit-rate so far); or ``psnr=`` (a floor for the whole stream: each chunk's
+    errors are held to what the value range seen so far allows). ``rel=`` is refused, as it
+    would need the range of data not seen yet: compute ``abs = rel * (max - min)`` first if you
+    know the range.
 
     ``codebook`` chooses when to build a new Huffman codebook: ``"adaptive"`` (default: when the
     spread of the symbol histogram drifts past ``thresholds=(keep, rebuild)``), ``"rebuild"``
@@ -78,6 +87,7 @@ class StreamCompressor:
         chunk,
         *,
         abs=None,
+        rel=None,
         ratio=None,
         psnr=None,
         mode="ratio",
@@ -90,6 +100,12 @@ class StreamCompressor:
     ):
         self.dtype = _dtype(dtype)
         self.chunk = _chunking(chunk)
+        if rel is not None:
+            # Taken as a keyword so that it is refused with the reason, not as an unknown argument.
+            raise ValueError(
+                "rel= needs the value range of chunks not seen yet: give abs=, ratio= or psnr= "
+                "(abs = rel * (max - min) if you know the range)"
+            )
         bound_mode, bound = _bound(abs=abs, ratio=ratio, psnr=psnr)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -120,6 +136,7 @@ class StreamCompressor:
         self.elements = 0
         self.bytes_written = 0
         self._closed = False
+        self._digest = _digest()
         self._emit(_HEADER.pack(MAGIC, VERSION, _DTYPES[self.dtype]))
 
     # Rows of a chunk along axis 0 (elements, for a flat sequence).
@@ -129,6 +146,7 @@ class StreamCompressor:
 
     def _emit(self, data: bytes):
         self._out.write(data)
+        self._digest.update(data)
         self.bytes_written += len(data)
 
     def _encode(self, piece: np.ndarray):
@@ -171,8 +189,8 @@ class StreamCompressor:
             raise ValueError("finish() called twice")
         self._flush()
         self._closed = True
-        counts = struct.pack("<QQ", self.records, self.elements)
-        self._emit(_LENGTH.pack(0) + _END.pack(self.records, self.elements, zlib.crc32(counts)))
+        self._emit(_LENGTH.pack(0) + struct.pack("<QQ", self.records, self.elements))
+        self._emit(self._digest.digest())
         if self._owned:
             self._out.close()
             os.replace(self._tmp, self._path)
@@ -207,7 +225,9 @@ class StreamDecompressor:
     """Read a chunked stream back: iterate for the chunks in order, or :meth:`read_all`.
 
     ``source`` is bytes, a path, or a binary file. Every length, count and checksum is checked;
-    damage raises :class:`amrzip.CorruptStreamError`.
+    damage raises :class:`amrzip.CorruptStreamError`. The checksum covers the whole stream and
+    is only known at its end, so a consumer of the chunks must not trust what it has written
+    until iteration finished without an error.
     """
 
     def __init__(self, source, *, threads=None):
@@ -219,57 +239,111 @@ class StreamDecompressor:
             self._owned = True
         else:
             self._in, self._owned = source, False
-        head = self._in.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            raise CorruptStreamError("too short to be a chunked amrzip stream")
-        magic, version, dtype = _HEADER.unpack(head)
-        if magic != MAGIC or head[6:8] != b"\0\0":
-            raise CorruptStreamError("not a chunked amrzip stream (bad magic)")
-        if version != VERSION:
-            raise CorruptStreamError(f"unsupported chunked stream version {version} (this build reads {VERSION})")
-        names = {v: k for k, v in _DTYPES.items()}
-        if dtype not in names:
-            raise CorruptStreamError(f"unknown dtype code {dtype}")
-        self.dtype = names[dtype]
-        self._decoder = _core.StreamDecoder(self.dtype.name, _threads(threads))
+        self._digest = _digest()
+        self._started = False
+        try:
+            head = self._read_exact(_HEADER.size, "the header")
+            magic, version, dtype = _HEADER.unpack(head)
+            if magic != MAGIC or head[6:8] != b"\0\0":
+                raise CorruptStreamError("not a chunked amrzip stream (bad magic)")
+            if version != VERSION:
+                raise CorruptStreamError(f"unsupported chunked stream version {version} (this build reads {VERSION})")
+            names = {v: k for k, v in _DTYPES.items()}
+            if dtype not in names:
+                raise CorruptStreamError(f"unknown dtype code {dtype}")
+            self.dtype = names[dtype]
+            self._decoder = _core.StreamDecoder(self.dtype.name, _threads(threads))
+            self._end = self._size()
+        except BaseException:
+            self._close()
+            raise
         self._done = False
 
-    def _read_exact(self, n: int, what: str) -> bytes:
-        data = self._in.read(n)
-        if len(data) != n:
-            raise CorruptStreamError(f"chunked stream truncated in {what}")
-        return data
+    def _size(self):
+        """Where the source ends, if it can tell (a pipe cannot): lengths past it are refused at
+        once rather than read up to the end first."""
+        try:
+            if not self._in.seekable():
+                return None
+            here = self._in.tell()
+            end = self._in.seek(0, io.SEEK_END)
+            self._in.seek(here)
+            return end
+        except (OSError, ValueError):
+            return None
 
-    def __iter__(self):
-        records = elements = 0
-        while True:
-            (length,) = _LENGTH.unpack(self._read_exact(_LENGTH.size, "a record length"))
-            if length == 0:
-                break
-            # Read in pieces: a damaged length must not make us allocate what the file lacks.
-            parts, left = [], length
-            while left:
-                part = self._in.read(min(left, 1 << 26))
-                if not part:
-                    raise CorruptStreamError(f"chunked stream truncated in record {records}")
-                parts.append(part)
-                left -= len(part)
-            chunk = self._decoder.decode(b"".join(parts))
-            records += 1
-            elements += chunk.size
-            yield chunk
-        end = self._read_exact(_END.size, "the end block")
-        n_records, n_elements, crc = _END.unpack(end)
-        if crc != zlib.crc32(end[:16]) or (n_records, n_elements) != (records, elements):
-            raise CorruptStreamError(
-                f"end block does not match the stream: {records} records of {elements} elements read, "
-                f"{n_records} of {n_elements} recorded"
-            )
-        if self._in.read(1):
-            raise CorruptStreamError("unexpected bytes after the end of the chunked stream")
-        self._done = True
+    def _close(self):
         if self._owned:
             self._in.close()
+
+    def _read_exact(self, n: int, what: str) -> bytes:
+        # In pieces: a damaged length must not make us allocate what the source lacks.
+        parts, left = [], n
+        while left:
+            part = self._in.read(min(left, 1 << 26))
+            if not part:
+                raise CorruptStreamError(f"chunked stream truncated in {what}")
+            parts.append(part)
+            left -= len(part)
+        data = b"".join(parts)
+        self._digest.update(data)
+        return data
+
+    def _records(self):
+        """Each record's bytes with its ``amrzip.info``, in order, checked as far as that goes
+        without decoding: lengths, dtype, shapes (all but the first side the same, so that the
+        records join along axis 0); after the last record, the counts and the digest."""
+        if self._started:
+            raise ValueError("a StreamDecompressor reads its stream once")
+        self._started = True
+        try:
+            records = elements = 0
+            first = None
+            while True:
+                (length,) = _LENGTH.unpack(self._read_exact(_LENGTH.size, "a record length"))
+                if length == 0:
+                    break
+                # Room for the record, the zero length and the end block.
+                if self._end is not None and length > self._end - self._in.tell() - _LENGTH.size - _END.size:
+                    raise CorruptStreamError(f"record {records} claims {length} bytes, more than the stream holds")
+                record = self._read_exact(length, f"record {records}")
+                described = _core.info(record)
+                shape = tuple(described["shape"])
+                if described["dtype"] != self.dtype.name:
+                    raise CorruptStreamError(f"record {records} holds {described['dtype']} values in a stream of {self.dtype}")
+                if first is not None and shape[1:] != first[1:]:
+                    raise CorruptStreamError(f"record {records} of shape {shape} does not join records of shape {first}")
+                if first is None:
+                    first = shape
+                records += 1
+                elements += described["original_size"] // self.dtype.itemsize
+                yield record, described
+            n_records, n_elements = struct.unpack("<QQ", self._read_exact(16, "the end block"))
+            expected = self._digest.digest()
+            if self._read_exact(4, "the end block") != expected:
+                raise CorruptStreamError("chunked stream checksum mismatch: records damaged, reordered or replaced")
+            if (n_records, n_elements) != (records, elements):
+                raise CorruptStreamError(
+                    f"end block does not match the stream: {records} records of {elements} elements read, "
+                    f"{n_records} of {n_elements} recorded"
+                )
+            if self._in.read(1):
+                raise CorruptStreamError("unexpected bytes after the end of the chunked stream")
+            self._done = True
+        finally:
+            self._close()
+
+    def __iter__(self):
+        for k, (record, described) in enumerate(self._records()):
+            try:
+                chunk = self._decoder.decode(record)
+            except CorruptStreamError:
+                raise
+            except ValueError as e:  # whatever the decoder calls it, the stream is what is wrong
+                raise CorruptStreamError(f"record {k}: {e}") from None
+            if list(chunk.shape) != described["shape"]:
+                raise CorruptStreamError(f"record {k} decodes to shape {chunk.shape}, not the {described['shape']} it declares")
+            yield chunk
 
     def read_all(self) -> np.ndarray:
         """All chunks joined along axis 0 (a flat sequence stays flat)."""

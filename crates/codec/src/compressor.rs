@@ -178,7 +178,7 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
 /// Compresses under the absolute bound `eb` (finite, >= 0), recording `config.bound` as the
 /// request it came from. The shape must already be checked.
 pub fn compress_with_eb<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64) -> Result<Vec<u8>> {
-    let prepared = prepare(data, shape, config, eb, None);
+    let prepared = prepare(data, shape, config, eb, None, None);
     let codebook = Codebook::from_histogram(&prepared.histogram);
     let mut table = Vec::new();
     codebook.write(&mut table);
@@ -196,9 +196,19 @@ pub struct Prepared<T> {
     chunks: Vec<Predicted<T>>,
 }
 
-/// Predicts and quantizes `data` under `eb` with `predictor`, or the one sampling picks.
-pub fn prepare<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64, predictor: Option<Predictor>) -> Prepared<T> {
+/// Predicts and quantizes `data` under `eb` with `predictor`, or the one sampling picks. With
+/// `symbols = Some((first, last))`, codes outside those symbols are kept exactly (so a codebook
+/// covering them can code the result).
+pub fn prepare<T: Element>(
+    data: &[T],
+    shape: &[usize],
+    config: &Config,
+    eb: f64,
+    predictor: Option<Predictor>,
+    symbols: Option<(usize, usize)>,
+) -> Prepared<T> {
     let q = Quantizer::new(eb, DEFAULT_RADIUS);
+    let q = symbols.map_or(q, |(first, last)| q.with_symbols(first, last));
     let p = match predictor {
         _ if data.is_empty() => Predictor::Lorenzo,
         Some(p) => p,

@@ -109,13 +109,26 @@ pub fn symbol_histogram<T: Element>(data: &[T], shape: &[usize], config: &Config
     if !(eb.is_finite() && eb >= 0.0) {
         return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
     }
-    threads::run_with(config.threads, || Ok(compressor::prepare(data, shape, config, eb, None).histogram))
+    threads::run_with(config.threads, || Ok(compressor::prepare(data, shape, config, eb, None, None).histogram))
 }
 
 /// The bytes of an offline codebook set, one codebook per (id, name, histogram).
 #[doc(hidden)]
 pub fn offline_codebook_set(books: &[(u8, String, Vec<u64>)]) -> Vec<u8> {
     entropy::offline::build_set(books)
+}
+
+/// Costs of coding symbols with histogram `freq`: bits with an exact Huffman codebook and the
+/// bytes of its table, then (id, bits) for each built-in codebook that has a code for every
+/// symbol present. For measuring the built-in codebooks against exact ones.
+#[doc(hidden)]
+pub fn codebook_costs(freq: &[u64]) -> (u64, usize, Vec<(u8, u64)>) {
+    let exact = entropy::huffman::Codebook::from_histogram(&freq[..freq.len().min(1 << 16)]);
+    let mut table = Vec::new();
+    exact.write(&mut table);
+    let bits = exact.encoded_bits(freq).unwrap_or(u64::MAX);
+    let offline = entropy::offline::all().iter().filter_map(|b| b.codebook.encoded_bits(freq).map(|bits| (b.id, bits))).collect();
+    (bits, table.len(), offline)
 }
 
 /// The built-in codebooks: (id, name).

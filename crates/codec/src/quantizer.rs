@@ -29,6 +29,10 @@ pub struct Quantizer {
     two_eb: f64,
     inv_two_eb: f64,
     radius: i64,
+    /// Codes accepted: `lo..=hi`, within the radius. Narrower when a chunked stream reuses a
+    /// codebook: codes it has no symbol for are kept exactly instead.
+    lo: i64,
+    hi: i64,
 }
 
 impl Quantizer {
@@ -36,12 +40,27 @@ impl Quantizer {
     pub fn new(eb: f64, radius: u32) -> Quantizer {
         debug_assert!(eb.is_finite() && eb >= 0.0 && (2..=32768).contains(&radius));
         let inv_two_eb = if eb > 0.0 { 0.5 / eb } else { 0.0 };
-        Quantizer { eb, two_eb: 2.0 * eb, inv_two_eb, radius: radius as i64 }
+        let radius = radius as i64;
+        Quantizer { eb, two_eb: 2.0 * eb, inv_two_eb, radius, lo: 1 - radius, hi: radius - 1 }
     }
 
-    /// The same quantizer with another bound (same radius, so the same alphabet).
+    /// The same quantizer with another bound (same radius and accepted codes, so the same
+    /// alphabet).
     pub fn with_eb(&self, eb: f64) -> Quantizer {
-        Quantizer::new(eb, self.radius as u32)
+        Quantizer { lo: self.lo, hi: self.hi, ..Quantizer::new(eb, self.radius as u32) }
+    }
+
+    /// Accepts only codes whose symbols are in `first..=last`.
+    pub fn with_symbols(&self, first: usize, last: usize) -> Quantizer {
+        let (lo, hi) = (first as i64 - self.radius, last as i64 - self.radius);
+        Quantizer { lo: self.lo.max(lo), hi: self.hi.min(hi), ..*self }
+    }
+
+    /// Whether code `q` gets a symbol (else the value is kept exactly).
+    #[inline(always)]
+    pub fn accepts(&self, q: i64) -> bool {
+        // A range test, not `q.abs()`: a saturated i64::MIN has no absolute value.
+        self.lo <= q && q <= self.hi
     }
 
     pub fn eb(&self) -> f64 {
@@ -63,8 +82,7 @@ impl Quantizer {
     pub fn quantize<T: Element>(&self, x: T, pred: f64, exact: &mut Vec<T>) -> (u16, T) {
         let xf = x.to_f64();
         let q = round_to_int((xf - pred) * self.inv_two_eb);
-        // A range test, not `q.abs()`: a saturated i64::MIN has no absolute value.
-        if -self.radius < q && q < self.radius {
+        if self.accepts(q) {
             let r: T = self.rebuild(pred, q);
             // A lossless request must also keep the sign of zero.
             if (r.to_f64() - xf).abs() <= self.eb && (self.eb > 0.0 || r.to_bits_u64() == x.to_bits_u64()) {
@@ -117,5 +135,16 @@ mod tests {
         let x = 1.4304054740110017e19f32;
         let (s, r) = q.quantize(x, x as f64 + 1.9e12, &mut exact);
         assert_eq!((s, r), (0, x));
+    }
+
+    #[test]
+    fn codes_outside_the_symbol_window_are_kept_exactly() {
+        let q = Quantizer::new(0.5, DEFAULT_RADIUS).with_symbols(32766, 32770).with_eb(0.5);
+        let mut exact = Vec::new();
+        assert_eq!(q.quantize(2.0f64, 0.0, &mut exact), (32770, 2.0));
+        assert_eq!(q.quantize(3.0f64, 0.0, &mut exact), (0, 3.0));
+        assert_eq!(q.quantize(-2.0f64, 0.0, &mut exact), (32766, -2.0));
+        assert_eq!(q.quantize(-3.0f64, 0.0, &mut exact), (0, -3.0));
+        assert_eq!(exact, vec![3.0, -3.0]);
     }
 }

@@ -9,11 +9,10 @@
 //!
 //! Bounds: absolute; a fixed ratio, met over the whole stream by adjusting each chunk's bound
 //! from the bit-rate so far (CEAZ's feedback: one more bit per value halves the bound); or a
-//! PSNR floor, searched per chunk against the chunk's own range, which keeps the whole stream
-//! at or above it too (the stream's range is at least each chunk's). A relative bound needs the
-//! range of data not seen yet, so it is refused.
+//! PSNR floor over the whole stream, kept chunk by chunk against the range seen so far (see
+//! `encode_psnr`). A relative bound needs the range of data not seen yet, so it is refused.
 
-use crate::compressor::{check_shape, decompress_with, prepare, Prepared};
+use crate::compressor::{check_shape, decompress_with, finite_range, prepare, Prepared};
 use crate::element::Element;
 use crate::entropy::adaptive::{decide, spread, Decision, Policy};
 use crate::entropy::huffman::Codebook;
@@ -21,10 +20,12 @@ use crate::entropy::offline::{self, covering};
 use crate::error::{CodecError, Result};
 use crate::quantizer::DEFAULT_RADIUS;
 use crate::stream::{CodebookSource, Header};
-use crate::{target, threads, Config, ErrorBound};
+use crate::target::{self, rms_error};
+use crate::{threads, Config, ErrorBound};
 use std::sync::Arc;
 
 /// What the encoder settled and keeps for the next chunk.
+#[derive(Clone)]
 struct Current {
     predictor: crate::predictor::Predictor,
     codebook: Arc<Codebook>,
@@ -52,8 +53,15 @@ pub struct StreamEncoder {
     current: Option<Current>,
     /// Bound of the last chunk (fixed-ratio feedback starts from it).
     last_eb: Option<f64>,
+    /// PSNR targets: the finite range seen so far, and the last measured RMS error per unit of
+    /// bound (how far below the bound the errors of this data typically stay).
+    range: (f64, f64),
+    rms_per_eb: f64,
     stats: EncoderStats,
 }
+
+/// Tries per chunk before a PSNR target falls back to the bound that guarantees it outright.
+const PSNR_TRIES: usize = 3;
 
 impl StreamEncoder {
     pub fn new(config: Config, policy: Policy) -> Result<StreamEncoder> {
@@ -79,18 +87,17 @@ impl StreamEncoder {
                 return Err(CodecError::InvalidInput(format!("thresholds must satisfy 0 <= keep <= rebuild, got {t:?}")));
             }
         }
-        Ok(StreamEncoder { config, policy, current: None, last_eb: None, stats: EncoderStats::default() })
+        let range = (f64::INFINITY, f64::NEG_INFINITY);
+        Ok(StreamEncoder { config, policy, current: None, last_eb: None, range, rms_per_eb: 0.5, stats: EncoderStats::default() })
     }
 
     pub fn stats(&self) -> &EncoderStats {
         &self.stats
     }
 
-    /// The bound for the next chunk.
+    /// The bound for the next chunk, for absolute and fixed-ratio streams.
     fn bound_for<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<f64> {
-        let searched = || -> Result<f64> { Ok(Header::read(&target::compress(data, shape, &self.config)?)?.0.eb) };
         match (self.config.bound, self.last_eb) {
-            (ErrorBound::Absolute(v), _) => Ok(v),
             (ErrorBound::Ratio(r), Some(eb)) if eb > 0.0 && self.stats.bytes_out > 0 => {
                 // Bits per value the stream may still spend to land on the target with this
                 // chunk, against what it spent so far; one bit more or less per value is one
@@ -103,9 +110,41 @@ impl StreamEncoder {
                 let goal = allowed.clamp(0.5 * width / r, 2.0 * width / r);
                 Ok(eb * (so_far - goal).clamp(-2.0, 2.0).exp2())
             }
-            (ErrorBound::Ratio(_), _) | (ErrorBound::Psnr(_), _) => searched(),
-            (ErrorBound::Relative(_), _) => unreachable!("refused by new"),
+            // The first chunk of a fixed-ratio stream: the one-shot search.
+            (ErrorBound::Ratio(_), _) => Ok(Header::read(&target::compress(data, shape, &self.config)?)?.0.eb),
+            (ErrorBound::Absolute(v), _) => Ok(v),
+            (ErrorBound::Relative(_) | ErrorBound::Psnr(_), _) => unreachable!("relative refused by new, PSNR has its own path"),
         }
+    }
+
+    /// A PSNR floor over the whole stream: the RMS error allowed is the range seen so far (never
+    /// more than the final range) over 10^(P/20), and a chunk whose RMS error stays within it
+    /// keeps the stream's PSNR at or above P. The bound is set from the error-to-bound ratio of
+    /// the chunks before, then checked by decoding; a bound equal to the allowed RMS error
+    /// guarantees it (|error| <= bound), so that is the last resort.
+    fn encode_psnr<T: Element>(&mut self, data: &[T], shape: &[usize], p: f64) -> Result<Vec<u8>> {
+        let (lo, hi) = finite_range(data);
+        self.range = (self.range.0.min(lo), self.range.1.max(hi));
+        let allowed = ((self.range.1 - self.range.0).min(f64::MAX) * 10f64.powf(-p / 20.0)).max(0.0);
+        if !(allowed > 0.0) {
+            return self.encode_with(data, shape, 0.0);
+        }
+        let mut eb = (allowed / self.rms_per_eb).min(f64::MAX);
+        for attempt in 0..=PSNR_TRIES {
+            let saved = (self.current.clone(), self.stats.clone());
+            let previous = self.current.as_ref().map(|c| c.codebook.clone());
+            let record = self.encode_with(data, shape, eb)?;
+            let rms = rms_error(data, &decompress_with::<T>(&record, previous.as_ref())?.0);
+            if rms > 0.0 {
+                self.rms_per_eb = (rms / eb).clamp(1e-3, 1.0);
+            }
+            if rms <= allowed || attempt == PSNR_TRIES {
+                return Ok(record);
+            }
+            (self.current, self.stats) = saved;
+            eb = if attempt + 1 == PSNR_TRIES { allowed } else { eb * 0.97 * allowed / rms };
+        }
+        unreachable!("the last attempt returns")
     }
 
     /// Compresses one chunk (any shape of 1 to 4 dimensions) into the next record.
@@ -115,16 +154,32 @@ impl StreamEncoder {
 
     fn encode_here<T: Element>(&mut self, data: &[T], shape: &[usize]) -> Result<Vec<u8>> {
         check_shape(shape, data.len())?;
-        let eb = self.bound_for(data, shape)?;
+        match self.config.bound {
+            ErrorBound::Psnr(p) => self.encode_psnr(data, shape, p),
+            _ => {
+                let eb = self.bound_for(data, shape)?;
+                self.encode_with(data, shape, eb)
+            }
+        }
+    }
+
+    /// Encodes a chunk under `eb`, deciding predictor and codebook. As in CEAZ's pipeline the
+    /// chunk is quantized for the codebook in force before the decision: codes that codebook
+    /// cannot code (rare outliers) are kept exactly, so keeping it never fails on them.
+    fn encode_with<T: Element>(&mut self, data: &[T], shape: &[usize], eb: f64) -> Result<Vec<u8>> {
         let kept = self.current.as_ref().map(|c| c.predictor);
-        let mut prepared = prepare(data, shape, &self.config, eb, kept);
+        let window = match self.policy {
+            Policy::Rebuild => None,
+            _ => self.current.as_ref().and_then(|c| c.codebook.coded_run(DEFAULT_RADIUS as usize)),
+        };
+        let mut prepared = prepare(data, shape, &self.config, eb, kept, window);
         let mut current_spread = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
         let decision = match &self.current {
             None => Decision::StartOver,
             Some(c) => decide(self.policy, c.spread, current_spread, c.elements_since),
         };
         if decision == Decision::StartOver && kept.is_some() {
-            prepared = prepare(data, shape, &self.config, eb, None);
+            prepared = prepare(data, shape, &self.config, eb, None, None);
             current_spread = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
             self.stats.reselected += 1;
         }

@@ -183,6 +183,14 @@ impl<'a, T: Element> Search<'a, T> {
 
 /// PSNR in dB over the finite values: 20 log10(range / RMSE); infinite when nothing changed.
 fn psnr<T: Element>(data: &[T], decoded: &[T], range: f64) -> f64 {
+    match rms_error(data, decoded) {
+        0.0 => f64::INFINITY,
+        rms => 20.0 * (range / rms).log10(),
+    }
+}
+
+/// Root-mean-square error over the finite values of `data` (0 when there are none).
+pub fn rms_error<T: Element>(data: &[T], decoded: &[T]) -> f64 {
     let (sum, count) = data
         .par_chunks(1 << 16)
         .zip(decoded.par_chunks(1 << 16))
@@ -193,10 +201,10 @@ fn psnr<T: Element>(data: &[T], decoded: &[T], range: f64) -> f64 {
             })
         })
         .reduce(|| (0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    if sum == 0.0 || count == 0 {
-        return f64::INFINITY;
+    if count == 0 {
+        return 0.0;
     }
-    20.0 * (range / (sum / count as f64).sqrt()).log10()
+    (sum / count as f64).sqrt()
 }
 
 /// The central box of about `SAMPLE_ELEMENTS` elements.

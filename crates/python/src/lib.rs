@@ -148,5 +148,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;
     m.add_function(wrap_pyfunction!(streaming::_offline_codebook_set, m)?)?;
     m.add_function(wrap_pyfunction!(streaming::offline_codebooks, m)?)?;
+    m.add_function(wrap_pyfunction!(streaming::_codebook_costs, m)?)?;
     Ok(())
 }

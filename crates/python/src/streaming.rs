@@ -154,6 +154,12 @@ pub fn _offline_codebook_set<'py>(py: Python<'py>, books: Vec<(u8, String, Vec<u
     PyBytes::new(py, &codec::offline_codebook_set(&books))
 }
 
+/// _codebook_costs(histogram) -> (exact bits, exact table bytes, [(built-in id, bits)])
+#[pyfunction]
+pub fn _codebook_costs(histogram: Vec<u64>) -> (u64, usize, Vec<(u8, u64)>) {
+    codec::codebook_costs(&histogram)
+}
+
 /// offline_codebooks() -> list of (id, name) built into the library
 #[pyfunction]
 pub fn offline_codebooks() -> Vec<(u8, String)> {

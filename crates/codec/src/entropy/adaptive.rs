@@ -11,14 +11,29 @@
 //! - It is measured against the histogram the current codebook was built from, not the previous
 //!   chunk: a slow drift adds up and is caught, where chunk-to-chunk changes stay small.
 
-/// Symbol 0 is "unpredictable" and stays out of the spread; symbol `radius + c` is code `c`.
+/// Standard deviation of the codes, over the central 99% of them. Symbol 0 is "unpredictable"
+/// and stays out; symbol `radius + c` is code `c`. The tails are trimmed because interpolation
+/// leaves a few huge codes from its coarsest levels that would dominate a plain standard
+/// deviation, and whether a chunk keeps them as codes or as exact values (it does when the
+/// codebook in force has no symbol for them) must not move the statistic.
 pub fn spread(freq: &[u64], radius: usize) -> f64 {
-    let (mut n, mut sum, mut sq) = (0f64, 0f64, 0f64);
+    let coded: u64 = freq.iter().skip(1).sum();
+    if coded == 0 {
+        return 0.0;
+    }
+    let (skip_low, keep) = (coded / 200, coded - 2 * (coded / 200));
+    let (mut seen, mut n, mut sum, mut sq) = (0u64, 0f64, 0f64, 0f64);
     for (s, &f) in freq.iter().enumerate().skip(1).filter(|&(_, &f)| f > 0) {
-        let (f, c) = (f as f64, s as f64 - radius as f64);
-        n += f;
-        sum += f * c;
-        sq += f * c * c;
+        // The part of this symbol's count inside the central `keep` codes.
+        let start = seen.max(skip_low);
+        let end = (seen + f).min(skip_low + keep);
+        seen += f;
+        if end > start {
+            let (w, c) = ((end - start) as f64, s as f64 - radius as f64);
+            n += w;
+            sum += w * c;
+            sq += w * c * c;
+        }
     }
     if n == 0.0 {
         return 0.0;
@@ -93,6 +108,18 @@ mod tests {
         h[0] = 1000; // unpredictable values do not count
         assert!((spread(&h, 8) - (2.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!(spread(&[5, 0, 0], 1), 0.0);
+    }
+
+    #[test]
+    fn rare_outliers_do_not_move_the_spread() {
+        let mut h = vec![0u64; 1 << 16];
+        h[32767] = 5000;
+        h[32768] = 10000;
+        h[32769] = 5000;
+        let base = spread(&h, 32768);
+        h[10] = 20;
+        h[65000] = 20;
+        assert!((spread(&h, 32768) - base).abs() < 0.02 * base);
     }
 
     #[test]

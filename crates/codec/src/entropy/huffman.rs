@@ -407,6 +407,23 @@ impl Codebook {
         Some(bits)
     }
 
+    /// The run of consecutive symbols with codes around `center`, as (first, last); `None` if
+    /// `center` has no code.
+    pub fn coded_run(&self, center: usize) -> Option<(usize, usize)> {
+        let coded = |s: usize| self.enc.get(s.wrapping_sub(self.enc_first)).is_some_and(|&e| e != 0);
+        if !coded(center) {
+            return None;
+        }
+        let (mut first, mut last) = (center, center);
+        while first > 0 && coded(first - 1) {
+            first -= 1;
+        }
+        while coded(last + 1) {
+            last += 1;
+        }
+        Some((first, last))
+    }
+
     /// One past the largest symbol with a code (0 for an empty codebook).
     pub fn symbol_limit(&self) -> usize {
         self.enc_first + self.enc.len()

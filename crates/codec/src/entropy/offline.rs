@@ -47,22 +47,45 @@ pub fn cheapest(freq: &[u64]) -> Option<(&'static OfflineCodebook, u64)> {
 }
 
 /// A codebook for symbols like those of `freq` that also has a code for every symbol of the
-/// window around them (and for symbol 0, "unpredictable"), so it can code later data whose
-/// histogram is a little wider. The extra symbols get one count each next to `scale` counts
-/// for the data: long codes, nearly free while they stay rare.
+/// window around their bulk (and for symbol 0, "unpredictable"), so it can code later data whose
+/// histogram is a little wider. The window spans the central 99.9% of the coded symbols plus
+/// half its width on each side, within a size cap: a few far outliers (the coarsest
+/// interpolation levels leave some) get their codes but do not stretch the table over the
+/// alphabet. The extra symbols get
+/// one count each next to `scale` counts for the data: long codes, nearly free while rare.
 pub fn covering(freq: &[u64], scale: f64) -> Codebook {
-    let used = || freq.iter().enumerate().skip(1).filter(|&(_, &f)| f > 0).map(|(s, _)| s);
-    let (lo, hi) = match (used().next(), used().last()) {
-        (Some(lo), Some(hi)) => (lo, hi),
-        _ => return Codebook::from_histogram(&[1]),
+    let coded: u64 = freq.iter().skip(1).sum();
+    if coded == 0 {
+        return Codebook::from_histogram(&[1]);
+    }
+    // Symbols at the 0.05% and 99.95% points of the coded mass.
+    let quantile = |q: f64| {
+        let target = (q * coded as f64) as u64;
+        let mut seen = 0u64;
+        freq.iter().enumerate().skip(1).find(|&(_, &f)| {
+            seen += f;
+            seen > target
+        })
+        .map_or(freq.len() - 1, |(s, _)| s)
     };
+    let (lo, hi) = (quantile(0.0005), quantile(0.9995));
     let pad = ((hi - lo) / 2).max(8);
-    let (lo, hi) = (lo.saturating_sub(pad).max(1), (hi + pad).min(freq.len() - 1));
-    let total: f64 = freq.iter().map(|&f| f as f64).sum();
-    let mut weights = vec![0u64; hi + 1];
-    weights[0] = 1 + (freq[0] as f64 / total * scale) as u64;
-    for s in lo..=hi {
-        weights[s] = 1 + (freq[s] as f64 / total * scale) as u64;
+    // The window's table costs 5 bits a symbol: on a small sample, whose quantiles are its
+    // extremes, keep it to a small share of the data's own bits, around the median.
+    let cap = (coded as usize / 64).max(32);
+    let (lo, hi) = if hi - lo + 2 * pad <= cap {
+        (lo.saturating_sub(pad), hi + pad)
+    } else {
+        let mid = quantile(0.5);
+        (mid.saturating_sub(cap / 2), mid + cap / 2)
+    };
+    let (lo, hi) = (lo.max(1), hi.min(freq.len() - 1));
+    let total = (coded + freq[0]) as f64;
+    let weight = |f: u64| (f as f64 / total * scale) as u64;
+    let mut weights: Vec<u64> = freq.iter().map(|&f| if f > 0 { 1 + weight(f) } else { 0 }).collect();
+    weights[0] = 1 + weight(freq[0]);
+    for w in &mut weights[lo..=hi] {
+        *w = (*w).max(1);
     }
     Codebook::from_histogram(&weights)
 }
@@ -142,6 +165,21 @@ mod tests {
         // Far outside the window they do not.
         wider[40000] = 1;
         assert!(books[0].codebook.encoded_bits(&wider).is_none());
+    }
+
+    #[test]
+    fn outliers_keep_their_codes_without_widening_the_window() {
+        let mut freq = vec![0u64; 1 << 16];
+        freq[32768] = 100_000;
+        freq[32769] = 20_000;
+        freq[32767] = 20_000;
+        freq[3] = 1;
+        freq[65000] = 1;
+        let cb = covering(&freq, 1e6);
+        assert!(cb.encoded_bits(&freq).is_some());
+        let mut table = Vec::new();
+        cb.write(&mut table);
+        assert!(table.len() < 64, "table of {} bytes", table.len());
     }
 
     #[test]

@@ -138,8 +138,8 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T
     let Prequantized { mut p, exact } = prequantize(data, q.eb());
     difference(&mut p, shape);
     let radius = (q.alphabet() / 2) as i64;
-    let symbols: Vec<u16> = p.par_iter().map(|&d| if -radius < d && d < radius { (d + radius) as u16 } else { 0 }).collect();
-    let outliers: Vec<i64> = p.iter().filter(|&&d| !(-radius < d && d < radius)).copied().collect();
+    let symbols: Vec<u16> = p.par_iter().map(|&d| if q.accepts(d) { (d + radius) as u16 } else { 0 }).collect();
+    let outliers: Vec<i64> = p.iter().filter(|&&d| !q.accepts(d)).copied().collect();
     let mut side = Vec::new();
     write_outliers(&mut side, &outliers);
     write_overlay(&mut side, &exact);
