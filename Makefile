@@ -9,11 +9,15 @@ BIN := $(VENV)/bin
 
 # Everything the compiled extension depends on.
 EXTENSION_INPUTS := pyproject.toml Cargo.toml $(wildcard Cargo.lock) \
-	$(shell find crates -name '*.rs' -o -name Cargo.toml)
+	$(shell find crates -name '*.rs' -o -name Cargo.toml -o -name '*.bin')
+
+# The HDF5 filter plugin, shipped inside the Python package (amrzip.hdf5.plugin_path()).
+HDF5_PLUGIN := python/amrzip/hdf5/plugins/libh5zamrzip.so
+CARGO_TARGET_DIR ?= target
 
 .PHONY: setup demo test clean
 
-setup: $(VENV)/.extension-built
+setup: $(VENV)/.extension-built $(HDF5_PLUGIN)
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
@@ -27,6 +31,12 @@ $(VENV)/.extension-built: $(VENV)/.tools-installed $(EXTENSION_INPUTS)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release
 	@touch $@
 
+# Copied then renamed: overwriting a shared object in place breaks processes that have it loaded.
+$(HDF5_PLUGIN): $(EXTENSION_INPUTS)
+	cargo build --release -p amrzip-hdf5
+	@mkdir -p $(@D)
+	cp $(CARGO_TARGET_DIR)/release/libh5zamrzip.so $@.tmp && mv -f $@.tmp $@
+
 demo: setup
 	$(BIN)/amrzip demo
 
@@ -35,4 +45,4 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) target python/amrzip/_core*.so
+	rm -rf $(VENV) target python/amrzip/_core*.so $(dir $(HDF5_PLUGIN))
