@@ -153,3 +153,30 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
         other => other,
     }
 }
+
+/// Whether `current`, the predictor a chunked stream kept, has clearly stopped suiting the data:
+/// tried on one central box of this chunk against the other splines (or, for a non-interpolating
+/// predictor, against interpolation), the best alternative codes it `PROBE_MARGIN` smaller. A
+/// few trials on one small box: cheap enough to run every few tens of megabytes, and the spread
+/// rule cannot see this case (another field can give codes of the same spread under the kept
+/// predictor while a different spline would code it several times smaller).
+pub fn probe<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Config, current: &Predictor) -> bool {
+    const PROBE_MARGIN: f64 = 0.8;
+    if config.predictor.is_some() || config.preset == Preset::Speed || q.eb() == 0.0 {
+        return false;
+    }
+    let Some(b) = sample_boxes(shape, FAMILY_BOX_ELEMENTS).into_iter().nth(0) else { return false };
+    let sample = vec![(nonfinite::fill(&gather(data, shape, &b)).0.into_owned(), b.shape.clone())];
+    let others: Vec<Predictor> = match *current {
+        Predictor::Interpolation { spline, order, bounds } => [Spline::Cubic, Spline::Natural, Spline::Linear]
+            .into_iter()
+            .filter(|&s| s != spline)
+            .map(|spline| Predictor::Interpolation { spline, order, bounds })
+            .collect(),
+        _ => interpolation_candidates(shape.len()),
+    };
+    let mut trials = Trials { samples: &sample, q, preset: config.preset, seen: Vec::new() };
+    let best = trials.cheapest(&[vec![*current], others].concat());
+    let cost = |p: &Predictor| trials.seen.iter().find(|(s, _)| s == p).map_or(usize::MAX, |&(_, c)| c);
+    (cost(&best) as f64) < PROBE_MARGIN * cost(current) as f64
+}

@@ -18,7 +18,8 @@ use crate::entropy::adaptive::{decide, spread, Decision, Policy};
 use crate::entropy::huffman::Codebook;
 use crate::entropy::offline::{self, covering};
 use crate::error::{CodecError, Result};
-use crate::quantizer::DEFAULT_RADIUS;
+use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
+use crate::selection;
 use crate::stream::{CodebookSource, Header};
 use crate::target::{self, rms_error};
 use crate::{threads, Config, ErrorBound};
@@ -32,7 +33,12 @@ struct Current {
     /// Spread of the histogram the codebook was built for.
     spread: f64,
     elements_since: u64,
+    /// Elements since the predictor was last chosen or probed.
+    unprobed: u64,
 }
+
+/// How often the kept predictor is probed against the alternatives (`selection::probe`).
+const PROBE_ELEMENTS: u64 = 1 << 23;
 
 /// Counts of the encoder's choices, for reports and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -172,17 +178,35 @@ impl StreamEncoder {
             Policy::Rebuild => None,
             _ => self.current.as_ref().and_then(|c| c.codebook.coded_run(DEFAULT_RADIUS as usize)),
         };
-        let mut prepared = prepare(data, shape, &self.config, eb, kept, window);
-        let mut current_spread = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
-        let decision = match &self.current {
-            None => Decision::StartOver,
-            Some(c) => decide(self.policy, c.spread, current_spread, c.elements_since),
+        let stale = match self.current.as_mut() {
+            Some(c) if c.unprobed >= PROBE_ELEMENTS => {
+                c.unprobed = 0;
+                let q = Quantizer::new(eb, DEFAULT_RADIUS);
+                selection::probe(data, shape, &q, &self.config, &c.predictor)
+            }
+            _ => false,
         };
-        if decision == Decision::StartOver && kept.is_some() {
-            prepared = prepare(data, shape, &self.config, eb, None, None);
-            current_spread = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
+        let (prepared, current_spread, decision) = if stale {
+            let prepared = prepare(data, shape, &self.config, eb, None, None);
+            let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
             self.stats.reselected += 1;
-        }
+            (prepared, s, Decision::StartOver)
+        } else {
+            let prepared = prepare(data, shape, &self.config, eb, kept, window);
+            let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
+            match &self.current {
+                None => (prepared, s, Decision::StartOver),
+                Some(c) => match decide(self.policy, c.spread, s, c.elements_since) {
+                    Decision::StartOver => {
+                        let prepared = prepare(data, shape, &self.config, eb, None, None);
+                        self.stats.reselected += 1;
+                        let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
+                        (prepared, s, Decision::StartOver)
+                    }
+                    d => (prepared, s, d),
+                },
+            }
+        };
         let record = match decision {
             Decision::Keep => match &self.current {
                 Some(c) if c.codebook.encoded_bits(&prepared.histogram).is_some() => {
@@ -199,6 +223,7 @@ impl StreamEncoder {
         };
         if let Some(c) = self.current.as_mut() {
             c.predictor = prepared.predictor;
+            c.unprobed = if decision == Decision::StartOver { 0 } else { c.unprobed + data.len() as u64 };
         }
         self.last_eb = Some(eb);
         self.stats.records += 1;
@@ -215,7 +240,8 @@ impl StreamEncoder {
         let record = prepared.finish(&self.config, &codebook, CodebookSource::Inline, table)?;
         self.stats.rebuilt += 1;
         let elements_since = total;
-        self.current = Some(Current { predictor: prepared.predictor, codebook: Arc::new(codebook), spread, elements_since });
+        let unprobed = self.current.as_ref().map_or(0, |c| c.unprobed);
+        self.current = Some(Current { predictor: prepared.predictor, codebook: Arc::new(codebook), spread, elements_since, unprobed });
         Ok(record)
     }
 
@@ -230,7 +256,8 @@ impl StreamEncoder {
             if bits < own_bits {
                 let record = prepared.finish(&self.config, &book.codebook, CodebookSource::Offline, vec![book.id])?;
                 self.stats.offline += 1;
-                self.current = Some(Current { predictor: prepared.predictor, codebook: book.codebook.clone(), spread, elements_since: total });
+                self.current =
+                    Some(Current { predictor: prepared.predictor, codebook: book.codebook.clone(), spread, elements_since: total, unprobed: 0 });
                 return Ok(record);
             }
         }
