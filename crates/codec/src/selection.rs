@@ -20,6 +20,7 @@ const TUNING_BOX_ELEMENTS: usize = 1 << 18;
 const SAMPLE_FRACTION: f64 = 0.01;
 const MIN_SAMPLE_ELEMENTS: usize = 1 << 17;
 const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
+const SMALL_ARRAY_SHARE: usize = 4;
 
 fn interpolation(spline: Spline, order: DimOrder) -> Predictor {
     Predictor::Interpolation { spline, order, bounds: LevelBounds::all().next().expect("a default tuning") }
@@ -62,7 +63,9 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
     let edge = (1usize << (box_elements.trailing_zeros() as usize / shape.len())) + 1;
     let extent: Vec<usize> = shape.iter().map(|&s| s.min(edge)).collect();
     let per_box = num_elements(&extent);
-    let wanted = ((n as f64 * SAMPLE_FRACTION) as usize).clamp(MIN_SAMPLE_ELEMENTS, MAX_SAMPLE_ELEMENTS);
+    // At most a quarter of a small array: every candidate is a trial compression of the
+    // sample, and on a 64^3 chunk whole-array trials made choosing cost 9 compressions.
+    let wanted = ((n as f64 * SAMPLE_FRACTION) as usize).clamp(MIN_SAMPLE_ELEMENTS, MAX_SAMPLE_ELEMENTS).min(n / SMALL_ARRAY_SHARE);
     if wanted * 2 >= n {
         return vec![ChunkBox { origin: vec![0; shape.len()], shape: shape.to_vec() }];
     }
@@ -141,7 +144,10 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
     let family = samples(FAMILY_BOX_ELEMENTS);
     match (Trials { samples: &family, q, preset, seen: Vec::new() }).cheapest(&cands) {
         Predictor::Interpolation { order, .. } => {
-            let large = samples(TUNING_BOX_ELEMENTS);
+            // Boxes of at most a quarter of the array, like the family sample.
+            let n = num_elements(shape);
+            let tuning_box = TUNING_BOX_ELEMENTS.min((n / SMALL_ARRAY_SHARE).max(1).next_power_of_two() / 2).max(FAMILY_BOX_ELEMENTS);
+            let large = samples(tuning_box);
             let mut trials = Trials { samples: &large, q, preset, seen: Vec::new() };
             let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
                 Predictor::Interpolation { spline, .. } => spline,
