@@ -236,6 +236,12 @@ def results_table(results: list[Result]) -> str:
                    "C MB/s all-thr", "D MB/s all-thr"], rows)
 
 
+def write_json(path: Path, meta: dict, results: list, summary: dict) -> None:
+    """A run's raw results (dataclasses), its summary and how it was run, for later tables."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results], "summary": summary}, indent=1, default=float))
+
+
 def geomean(xs) -> float:
     xs = [x for x in xs if x is not None and np.isfinite(x) and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
@@ -416,9 +422,7 @@ def main(argv=None) -> int:
         meta = {"argv": sys.argv[1:], "host": platform.node(), "cpus": os.cpu_count(), "numpy": np.__version__,
                 "loadavg_end": _load(),
                 "quick": args.quick, "repeat": args.repeat, "stat": args.stat}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results], "summary": summary},
-                                        indent=1, default=float))
+        write_json(args.json, meta, results, summary)
     return 0
 
 

@@ -10,7 +10,6 @@ a fresh open; ratios come from the stored chunk bytes, errors from the data read
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -19,7 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import codec_bench  # noqa: E402
-from codec_bench import _errors, _f, _load, _table, _timed, geomean, load_fields  # noqa: E402
+from codec_bench import _errors, _f, _load, _table, _timed, geomean, load_fields, write_json  # noqa: E402
 
 BOUNDS = codec_bench.BOUNDS
 # Tiled chunking: 64^3 for the cubes (1 MiB of float32).  For 2-D, 300x600 (0.72 MB): it divides both 1800x3600 and
@@ -458,9 +457,7 @@ def main(argv=None) -> int:
                 "h5py": h5py.__version__, "hdf5": h5py.version.hdf5_version, "hdf5plugin": hdf5plugin.version,
                 "hdf5plugin_openmp": omp, "zarr": zarr_version, "threads": args.threads, "loadavg_end": _load(),
                 "quick": args.quick, "repeat": args.repeat, "stat": args.stat, "tile_3d": TILE_3D, "tile_2d": TILE_2D}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results], "summary": summary},
-                                        indent=1, default=float))
+        write_json(args.json, meta, results, summary)
     return 0
 
 
