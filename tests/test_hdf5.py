@@ -229,7 +229,10 @@ def test_zero_padding_costs_nothing(tmp_path):
         for r, piece in enumerate(pieces):
             _, stored = d.id.read_direct_chunk((r * size,))
             assert amrzip.info(stored)["shape"] == [piece.size]
-            assert stored == amrzip.compress(piece, abs=1e-4), "a chunk is the amrzip stream of its real data"
+            # The stream of the real data only; the filter may reuse a predictor choice from the
+            # dataset's earlier chunks, so its size, not its bytes, is compared with compress().
+            assert len(stored) <= 1.1 * len(amrzip.compress(piece, abs=1e-4)) + 64
+            assert_within(piece, amrzip.decompress(stored), 1e-4)
     y = read(tmp_path / "a.h5")
     for r, piece in enumerate(pieces):
         assert_within(piece, y[r * size : r * size + piece.size], 1e-4)
