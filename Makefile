@@ -15,7 +15,7 @@ EXTENSION_INPUTS := pyproject.toml Cargo.toml $(wildcard Cargo.lock) \
 HDF5_PLUGIN := python/amrzip/hdf5/plugins/libh5zamrzip.so
 CARGO_TARGET_DIR ?= target
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test wheel clean
 
 setup: $(VENV)/.extension-built $(HDF5_PLUGIN)
 
@@ -37,6 +37,10 @@ $(HDF5_PLUGIN): $(EXTENSION_INPUTS)
 	@mkdir -p $(@D)
 	cp $(CARGO_TARGET_DIR)/release/libh5zamrzip.so $@.tmp && mv -f $@.tmp $@
 
+# A wheel of the package with the extension and the HDF5 plugin inside, in dist/.
+wheel: $(VENV)/.tools-installed $(HDF5_PLUGIN)
+	$(BIN)/maturin build --release -o dist
+
 demo: setup
 	$(BIN)/amrzip demo
 
@@ -45,4 +49,4 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) target python/amrzip/_core*.so $(dir $(HDF5_PLUGIN))
+	rm -rf $(VENV) target dist python/amrzip/_core*.so $(dir $(HDF5_PLUGIN))
