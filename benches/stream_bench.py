@@ -129,41 +129,45 @@ def _check_stream(blob: bytes, parts, eb: float) -> float:
 # --- A: throughput and ratio ----------------------------------------------------------------------------------
 
 
-def bench_a(fields, bounds, chunk_mb, repeat) -> list[dict]:
-    rows_out = []
+def _chunk_cases(fields, bounds, chunk_mb):
+    """(field, array, rel, absolute bound = rel x the field's range, chunk MiB, rows per chunk) per combination."""
     for name, arr in fields:
         vrange = float(arr.max()) - float(arr.min())
         for rel in bounds:
-            eb = rel * vrange
             for mb in chunk_mb:
-                rows = _rows(arr, mb)
-                for arm in ARMS:
-                    if arm == "independent":
-                        comp = lambda t: independent(arr, rows, eb, t)  # noqa: E731
-                        size = lambda out: sum(map(len, out))  # noqa: E731
-                        # Decoding is timed without joining the chunks, for both arms alike.
-                        decomp = lambda out, t: [amrzip.decompress(b, threads=t) for b in out]  # noqa: E731
-                        joined = lambda out: np.concatenate([amrzip.decompress(b, threads=1) for b in out])  # noqa: E731
-                    else:
-                        comp = lambda t: stream(arr, rows, eb, t, codebook=arm)  # noqa: E731
-                        size = lambda out: len(out[0])  # noqa: E731
-                        decomp = lambda out, t: [c for c in amrzip.StreamDecompressor(out[0], threads=t)]  # noqa: E731
-                        joined = lambda out: amrzip.StreamDecompressor(out[0]).read_all()  # noqa: E731
-                    r = {"field": name, "rel": rel, "abs": eb, "chunk_mb": mb, "rows": rows,
-                         "chunk_bytes": rows * arr[0].nbytes, "arm": arm}
-                    mbs = arr.nbytes / 1e6
-                    for t, key in ((1, "1"), (None, "all")):
-                        tc, r[f"c_times_{key}"], out = _timed(lambda: comp(t), repeat)
-                        td, r[f"d_times_{key}"], _ = _timed(lambda: decomp(out, t), repeat)
-                        r[f"c_mbs_{key}"], r[f"d_mbs_{key}"] = mbs / tc, mbs / td
-                        if t == 1:
-                            r["ratio"] = arr.nbytes / size(out)
-                            r["err_over_eb"] = _errors(arr, joined(out))[0] / eb
-                            r["stats"] = out[1] if arm != "independent" else None
-                    rows_out.append(r)
-                    _log(f"A {name:13s} {rel:<6g} {mb} MiB {arm:11s} ratio {r['ratio']:8.2f}  "
-                         f"C {r['c_mbs_1']:6.1f}/{r['c_mbs_all']:6.1f} MB/s  D {r['d_mbs_1']:6.1f}/{r['d_mbs_all']:6.1f} MB/s"
-                         + (f"  {_counts(r['stats'])}" if r["stats"] else ""))
+                yield name, arr, rel, rel * vrange, mb, _rows(arr, mb)
+
+
+def bench_a(fields, bounds, chunk_mb, repeat) -> list[dict]:
+    rows_out = []
+    for name, arr, rel, eb, mb, rows in _chunk_cases(fields, bounds, chunk_mb):
+        for arm in ARMS:
+            if arm == "independent":
+                comp = lambda t: independent(arr, rows, eb, t)  # noqa: E731
+                size = lambda out: sum(map(len, out))  # noqa: E731
+                # Decoding is timed without joining the chunks, for both arms alike.
+                decomp = lambda out, t: [amrzip.decompress(b, threads=t) for b in out]  # noqa: E731
+                joined = lambda out: np.concatenate([amrzip.decompress(b, threads=1) for b in out])  # noqa: E731
+            else:
+                comp = lambda t: stream(arr, rows, eb, t, codebook=arm)  # noqa: E731
+                size = lambda out: len(out[0])  # noqa: E731
+                decomp = lambda out, t: [c for c in amrzip.StreamDecompressor(out[0], threads=t)]  # noqa: E731
+                joined = lambda out: amrzip.StreamDecompressor(out[0]).read_all()  # noqa: E731
+            r = {"field": name, "rel": rel, "abs": eb, "chunk_mb": mb, "rows": rows,
+                 "chunk_bytes": rows * arr[0].nbytes, "arm": arm}
+            mbs = arr.nbytes / 1e6
+            for t, key in ((1, "1"), (None, "all")):
+                tc, r[f"c_times_{key}"], out = _timed(lambda: comp(t), repeat)
+                td, r[f"d_times_{key}"], _ = _timed(lambda: decomp(out, t), repeat)
+                r[f"c_mbs_{key}"], r[f"d_mbs_{key}"] = mbs / tc, mbs / td
+                if t == 1:
+                    r["ratio"] = arr.nbytes / size(out)
+                    r["err_over_eb"] = _errors(arr, joined(out))[0] / eb
+                    r["stats"] = out[1] if arm != "independent" else None
+            rows_out.append(r)
+            _log(f"A {name:13s} {rel:<6g} {mb} MiB {arm:11s} ratio {r['ratio']:8.2f}  "
+                 f"C {r['c_mbs_1']:6.1f}/{r['c_mbs_all']:6.1f} MB/s  D {r['d_mbs_1']:6.1f}/{r['d_mbs_all']:6.1f} MB/s"
+                 + (f"  {_counts(r['stats'])}" if r["stats"] else ""))
     return rows_out
 
 
@@ -249,34 +253,29 @@ def bench_b(fields, bounds, chunk_mb, stream_mib) -> list[dict]:
     """The same chunk written over and over: adaptive keeps after the first (change 0), rebuild builds every time;
     the difference per chunk is the codebook's cost (build, table, its bytes) less the keep check."""
     out = []
-    for name, arr in fields:
-        vrange = float(arr.max()) - float(arr.min())
-        for rel in bounds:
-            eb = rel * vrange
-            for mb in chunk_mb:
-                rows = _rows(arr, mb)
-                mid = max(0, arr.shape[0] // 2 - rows // 2)
-                chunk = np.ascontiguousarray(arr[mid:mid + rows])
-                n = max(8, round(stream_mib * MiB / chunk.nbytes))
-                data = np.concatenate([chunk] * n)
-                times = {"rebuild": [], "adaptive": []}
-                for _ in range(5):  # arms alternate, so a change of background load hits both alike
-                    for arm, ts in times.items():
-                        ts.append(_timed(lambda: stream(data, rows, eb, 1, codebook=arm), 1)[0])
-                for arm in times:
-                    _, st = stream(data, rows, eb, 1, codebook=arm)
-                    assert st["rebuilt" if arm == "rebuild" else "kept"] >= n - 1, st
-                # min: the difference of two times is what matters, and the minimum is the least disturbed
-                per = {arm: 1e6 * min(ts) / n for arm, ts in times.items()}
-                hist = _core._symbol_histogram(chunk, eb, "ratio")
-                r = {"field": name, "rel": rel, "chunk_mb": mb, "chunk_bytes": chunk.nbytes,
-                     "symbols": int(np.count_nonzero(hist[1:])), "keep_us": per["adaptive"], "rebuild_us": per["rebuild"],
-                     "indirect_us": per["rebuild"] - per["adaptive"], "direct_us": _build_us(hist.tolist())}
-                r["direct_share"] = 100 * r["direct_us"] / r["rebuild_us"]
-                r["indirect_share"] = 100 * r["indirect_us"] / r["rebuild_us"]
-                out.append(r)
-                _log(f"B {name:13s} {rel:<6g} {mb} MiB  keep {r['keep_us']:7.0f} us  rebuild {r['rebuild_us']:7.0f} us  "
-                     f"build {r['direct_us']:6.0f} us direct, {r['indirect_us']:6.0f} us indirect")
+    for name, arr, rel, eb, mb, rows in _chunk_cases(fields, bounds, chunk_mb):
+        mid = max(0, arr.shape[0] // 2 - rows // 2)
+        chunk = np.ascontiguousarray(arr[mid:mid + rows])
+        n = max(8, round(stream_mib * MiB / chunk.nbytes))
+        data = np.concatenate([chunk] * n)
+        times = {"rebuild": [], "adaptive": []}
+        for _ in range(5):  # arms alternate, so a change of background load hits both alike
+            for arm, ts in times.items():
+                ts.append(_timed(lambda: stream(data, rows, eb, 1, codebook=arm), 1)[0])
+        for arm in times:
+            _, st = stream(data, rows, eb, 1, codebook=arm)
+            assert st["rebuilt" if arm == "rebuild" else "kept"] >= n - 1, st
+        # min: the difference of two times is what matters, and the minimum is the least disturbed
+        per = {arm: 1e6 * min(ts) / n for arm, ts in times.items()}
+        hist = _core._symbol_histogram(chunk, eb, "ratio")
+        r = {"field": name, "rel": rel, "chunk_mb": mb, "chunk_bytes": chunk.nbytes,
+             "symbols": int(np.count_nonzero(hist[1:])), "keep_us": per["adaptive"], "rebuild_us": per["rebuild"],
+             "indirect_us": per["rebuild"] - per["adaptive"], "direct_us": _build_us(hist.tolist())}
+        r["direct_share"] = 100 * r["direct_us"] / r["rebuild_us"]
+        r["indirect_share"] = 100 * r["indirect_us"] / r["rebuild_us"]
+        out.append(r)
+        _log(f"B {name:13s} {rel:<6g} {mb} MiB  keep {r['keep_us']:7.0f} us  rebuild {r['rebuild_us']:7.0f} us  "
+             f"build {r['direct_us']:6.0f} us direct, {r['indirect_us']:6.0f} us indirect")
     return out
 
 
