@@ -13,6 +13,7 @@ reading an array needs amrzip installed but not imported. Each chunk is one amrz
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from numcodecs.abc import Codec as _NumcodecsCodec
 from numcodecs.compat import ndarray_copy
 from numcodecs.registry import register_codec
 
+from amrzip import _core
 from amrzip.codec import MODES, _bound, compress, decompress
 
 __all__ = ["Codec", "Serializer"]
@@ -33,6 +35,31 @@ def _settings(abs, rel, ratio, psnr, mode):
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     return bound_mode, bound
+
+
+# Encoders kept between chunks, per (dtype, bound, mode). The chunks of one array look alike, and
+# choosing the predictor by sampling costs several trial compressions of a small chunk, so with
+# an absolute bound the first chunk chooses and the next reuse the choice (re-checked every few
+# million elements). A new codebook per chunk keeps every chunk an ordinary amrzip stream.
+# Relative, ratio and PSNR bounds are per chunk: those chunks are compressed on their own.
+_ENCODERS: dict = {}
+_ENCODERS_LOCK = threading.Lock()
+_MAX_ENCODERS = 64
+
+
+def _compress(arr: np.ndarray, bound_mode: str, bound: float, mode: str) -> bytes:
+    if bound_mode != "abs" or arr.size == 0:
+        return compress(arr, **{bound_mode: bound}, mode=mode)
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    key = (arr.dtype.str, bound, mode)
+    with _ENCODERS_LOCK:
+        encoder = _ENCODERS.get(key)
+        if encoder is None:
+            if len(_ENCODERS) >= _MAX_ENCODERS:
+                _ENCODERS.clear()
+            keep, rebuild = _core.DEFAULT_THRESHOLDS
+            encoder = _ENCODERS[key] = _core.StreamEncoder(arr.dtype.name, "abs", bound, mode, None, None, "rebuild", keep, rebuild, 0)
+        return encoder.encode(arr)
 
 
 def _float_array(buf) -> np.ndarray:
@@ -63,7 +90,7 @@ class Codec(_NumcodecsCodec):
         self.mode = mode
 
     def encode(self, buf):
-        return compress(_float_array(buf), **{self.bound_mode: self.bound}, mode=self.mode)
+        return _compress(_float_array(buf), self.bound_mode, self.bound, self.mode)
 
     def decode(self, buf, out=None):
         arr = decompress(buf if isinstance(buf, (bytes, bytearray, memoryview, np.ndarray)) else memoryview(buf))
@@ -121,7 +148,7 @@ if ArrayBytesCodec is not None:
             arr = np.ascontiguousarray(chunk_array.as_numpy_array())
             if arr.ndim == 0 or arr.ndim > 4:
                 arr = arr.reshape(-1)
-            data = compress(arr, **{self.bound_mode: self.bound}, mode=self.mode)
+            data = _compress(arr, self.bound_mode, self.bound, self.mode)
             return chunk_spec.prototype.buffer.from_bytes(data)
 
         def _decode(self, chunk_bytes, chunk_spec):
