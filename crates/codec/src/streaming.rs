@@ -186,25 +186,27 @@ impl StreamEncoder {
             }
             _ => false,
         };
-        let (prepared, current_spread, decision) = if stale {
-            let prepared = prepare(data, shape, &self.config, eb, None, None);
-            let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
-            self.stats.reselected += 1;
-            (prepared, s, Decision::StartOver)
-        } else {
+        // The chunk coded with the kept predictor decides, unless the probe already found it stale;
+        // starting over (and the first chunk) chooses the predictor afresh, without the window.
+        let mut decision = Decision::StartOver;
+        let mut kept_try = None;
+        if !stale {
             let prepared = prepare(data, shape, &self.config, eb, kept, window);
             let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
-            match &self.current {
-                None => (prepared, s, Decision::StartOver),
-                Some(c) => match decide(self.policy, c.spread, s, c.elements_since) {
-                    Decision::StartOver => {
-                        let prepared = prepare(data, shape, &self.config, eb, None, None);
-                        self.stats.reselected += 1;
-                        let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
-                        (prepared, s, Decision::StartOver)
-                    }
-                    d => (prepared, s, d),
-                },
+            if let Some(c) = &self.current {
+                decision = decide(self.policy, c.spread, s, c.elements_since);
+            }
+            if decision != Decision::StartOver || kept.is_none() {
+                kept_try = Some((prepared, s));
+            }
+        }
+        let (prepared, current_spread) = match kept_try {
+            Some(tried) => tried,
+            None => {
+                self.stats.reselected += 1;
+                let prepared = prepare(data, shape, &self.config, eb, None, None);
+                let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
+                (prepared, s)
             }
         };
         let record = match decision {
@@ -233,13 +235,15 @@ impl StreamEncoder {
     }
 
     fn rebuild<T: Element>(&mut self, prepared: &Prepared<T>, spread: f64) -> Result<Vec<u8>> {
-        let total: u64 = prepared.histogram.iter().sum();
-        let codebook = covering(&prepared.histogram, total as f64);
-        let mut table = Vec::new();
-        codebook.write(&mut table);
+        let (codebook, table) = own_codebook(prepared);
+        self.install_own(prepared, spread, codebook, table)
+    }
+
+    /// Codes the chunk with its own new codebook (stored inline) and keeps that codebook.
+    fn install_own<T: Element>(&mut self, prepared: &Prepared<T>, spread: f64, codebook: Codebook, table: Vec<u8>) -> Result<Vec<u8>> {
         let record = prepared.finish(&self.config, &codebook, CodebookSource::Inline, table)?;
         self.stats.rebuilt += 1;
-        let elements_since = total;
+        let elements_since = prepared.histogram.iter().sum();
         let unprobed = self.current.as_ref().map_or(0, |c| c.unprobed);
         self.current = Some(Current { predictor: prepared.predictor, codebook: Arc::new(codebook), spread, elements_since, unprobed });
         Ok(record)
@@ -247,22 +251,28 @@ impl StreamEncoder {
 
     /// A built-in codebook when it codes the chunk in fewer bytes than a new one with its table.
     fn start_over<T: Element>(&mut self, prepared: &Prepared<T>, spread: f64) -> Result<Vec<u8>> {
+        let (own, table) = own_codebook(prepared);
         if let Some((book, bits)) = offline::cheapest(&prepared.histogram) {
-            let total: u64 = prepared.histogram.iter().sum();
-            let own = covering(&prepared.histogram, total as f64);
-            let mut table = Vec::new();
-            own.write(&mut table);
             let own_bits = own.encoded_bits(&prepared.histogram).expect("covers its own histogram") + 8 * table.len() as u64;
             if bits < own_bits {
                 let record = prepared.finish(&self.config, &book.codebook, CodebookSource::Offline, vec![book.id])?;
                 self.stats.offline += 1;
-                self.current =
-                    Some(Current { predictor: prepared.predictor, codebook: book.codebook.clone(), spread, elements_since: total, unprobed: 0 });
+                let elements_since = prepared.histogram.iter().sum();
+                self.current = Some(Current { predictor: prepared.predictor, codebook: book.codebook.clone(), spread, elements_since, unprobed: 0 });
                 return Ok(record);
             }
         }
-        self.rebuild(prepared, spread)
+        self.install_own(prepared, spread, own, table)
     }
+}
+
+/// A new codebook for the chunk (covering a window around its codes) and its serialized table.
+fn own_codebook<T: Element>(prepared: &Prepared<T>) -> (Codebook, Vec<u8>) {
+    let total: u64 = prepared.histogram.iter().sum();
+    let codebook = covering(&prepared.histogram, total as f64);
+    let mut table = Vec::new();
+    codebook.write(&mut table);
+    (codebook, table)
 }
 
 /// Decodes the records of a chunked stream in order.
