@@ -1,0 +1,32 @@
+"""Box algebra on ``(lo, hi)`` inclusive integer boxes (see :mod:`amrzip.amr.hierarchy`)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from amrzip.amr.hierarchy import Box, box_shape
+
+
+def coarsen(box: Box, ratio: Sequence[int]) -> Box:
+    """The coarse cells that contain the box's cells (floor division, also for negative indices)."""
+    lo, hi = box
+    return tuple(l // r for l, r in zip(lo, ratio)), tuple(h // r for h, r in zip(hi, ratio))
+
+
+def intersect(a: Box, b: Box):
+    """The intersection of two boxes, or None."""
+    lo = tuple(max(x, y) for x, y in zip(a[0], b[0]))
+    hi = tuple(min(x, y) for x, y in zip(a[1], b[1]))
+    return None if any(h < l for l, h in zip(lo, hi)) else (lo, hi)
+
+
+def covered_mask(box: Box, finer: Sequence[Box], ratio: Sequence[int]) -> np.ndarray:
+    """True over the cells of ``box`` that a box of the next level (``finer``, refined by ``ratio``) covers."""
+    mask = np.zeros(box_shape(box), dtype=bool)
+    for f in finer:
+        piece = intersect(box, coarsen(f, ratio))
+        if piece is not None:
+            mask[tuple(slice(l - b, h - b + 1) for l, h, b in zip(piece[0], piece[1], box[0]))] = True
+    return mask
