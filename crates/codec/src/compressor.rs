@@ -11,18 +11,18 @@ use crate::bytes::{put_varint, ByteReader};
 use crate::element::Element;
 use crate::entropy::frames;
 use crate::entropy::huffman::{self, Codebook};
+use crate::entropy::offline;
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
 use crate::predictor::{self, Predictor};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
-use crate::entropy::offline;
 use crate::stream::{ChunkEntry, CodebookSource, Header, Stream, MAX_CHUNK_ELEMENTS};
-use std::sync::Arc;
 use crate::{Config, ErrorBound};
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Symbols per Huffman segment: the unit of parallel entropy coding inside a chunk.
 const SEGMENT_SYMBOLS: usize = 1 << 20;
@@ -137,24 +137,27 @@ fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Pred
     Predicted { coded, patches, histogram }
 }
 
-fn chunk_bytes<T: Element>(c: &Predicted<T>, codebook: &Codebook) -> Result<Vec<u8>> {
-    let mut raw = Vec::with_capacity(c.coded.symbols.len() / 2 + c.coded.side.len() + 64);
-    put_varint(&mut raw, c.patches.len() as u64);
+/// Appends what a chunk (or a unit block) keeps beside its symbols: `patches`, `side`, `exact`.
+pub(crate) fn write_parts<T: Element>(raw: &mut Vec<u8>, patches: &[(usize, T)], coded: &predictor::Coded<T>) {
+    put_varint(raw, patches.len() as u64);
     let mut last = 0;
-    for &(i, x) in &c.patches {
-        put_varint(&mut raw, (i - last) as u64);
-        x.write_le(&mut raw);
+    for &(i, x) in patches {
+        put_varint(raw, (i - last) as u64);
+        x.write_le(raw);
         last = i;
     }
-    put_varint(&mut raw, c.coded.side.len() as u64);
-    raw.extend_from_slice(&c.coded.side);
-    put_varint(&mut raw, c.coded.exact.len() as u64);
-    for &x in &c.coded.exact {
-        x.write_le(&mut raw);
+    put_varint(raw, coded.side.len() as u64);
+    raw.extend_from_slice(&coded.side);
+    put_varint(raw, coded.exact.len() as u64);
+    for &x in &coded.exact {
+        x.write_le(raw);
     }
-    let segments: Vec<Vec<u8>> = c
-        .coded
-        .symbols
+}
+
+/// Appends `symbols` as Huffman segments of `SEGMENT_SYMBOLS`: the byte length of each, then
+/// their bits.
+pub(crate) fn write_segments(raw: &mut Vec<u8>, symbols: &[u16], codebook: &Codebook) -> Result<()> {
+    let segments: Vec<Vec<u8>> = symbols
         .par_chunks(SEGMENT_SYMBOLS)
         .map(|seg| {
             let mut bits = Vec::with_capacity(seg.len() / 4);
@@ -162,11 +165,18 @@ fn chunk_bytes<T: Element>(c: &Predicted<T>, codebook: &Codebook) -> Result<Vec<
         })
         .collect::<Result<_>>()?;
     for seg in &segments {
-        put_varint(&mut raw, seg.len() as u64);
+        put_varint(raw, seg.len() as u64);
     }
     for seg in &segments {
         raw.extend_from_slice(seg);
     }
+    Ok(())
+}
+
+fn chunk_bytes<T: Element>(c: &Predicted<T>, codebook: &Codebook) -> Result<Vec<u8>> {
+    let mut raw = Vec::with_capacity(c.coded.symbols.len() / 2 + c.coded.side.len() + 64);
+    write_parts(&mut raw, &c.patches, &c.coded);
+    write_segments(&mut raw, &c.coded.symbols, codebook)?;
     Ok(raw)
 }
 
@@ -251,9 +261,14 @@ impl<T: Element> Prepared<T> {
     }
 }
 
-fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebook: &Codebook, q: &Quantizer) -> Result<Vec<T>> {
-    let n = b.len();
-    let mut r = ByteReader::new(raw);
+/// What `write_parts` wrote, for `n` elements, validated.
+pub(crate) struct Parts<'a, T> {
+    pub patches: Vec<(usize, T)>,
+    pub side: &'a [u8],
+    pub exact: Vec<T>,
+}
+
+pub(crate) fn read_parts<'a, T: Element>(r: &mut ByteReader<'a>, n: usize) -> Result<Parts<'a, T>> {
     let n_patches = r.bounded_varint(n as u64, "patch count")? as usize;
     let mut patches = Vec::with_capacity(n_patches.min(r.remaining() / (1 + T::BYTES)));
     let mut previous = None;
@@ -267,6 +282,11 @@ fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebo
     let n_exact = r.bounded_varint(n as u64, "exact value count")? as usize;
     let exact_bytes = r.take(n_exact.checked_mul(T::BYTES).ok_or_else(|| corrupt!("exact value count overflows"))?, "exact values")?;
     let exact: Vec<T> = exact_bytes.chunks_exact(T::BYTES).map(T::read_le).collect();
+    Ok(Parts { patches, side, exact })
+}
+
+/// Reads the Huffman segments of `n` symbols (the rest of `r`) and decodes them.
+pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -> Result<Vec<u16>> {
     let n_segments = n.div_ceil(SEGMENT_SYMBOLS);
     let mut segments = Vec::with_capacity(n_segments.min(r.remaining()));
     let lengths: Vec<usize> =
@@ -285,8 +305,16 @@ fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebo
     }
     let mut symbols = vec![0u16; n];
     symbols.par_chunks_mut(SEGMENT_SYMBOLS).zip(&segments).try_for_each(|(out, bits)| codebook.decode(bits, out))?;
-    let mut values = predictor::decode(entry.predictor, &b.shape, q, &symbols, &exact, side)?;
-    for (i, x) in patches {
+    Ok(symbols)
+}
+
+fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebook: &Codebook, q: &Quantizer) -> Result<Vec<T>> {
+    let n = b.len();
+    let mut r = ByteReader::new(raw);
+    let parts = read_parts::<T>(&mut r, n)?;
+    let symbols = read_segments(&mut r, n, codebook)?;
+    let mut values = predictor::decode(entry.predictor, &b.shape, q, &symbols, &parts.exact, parts.side)?;
+    for (i, x) in parts.patches {
         values[i] = x;
     }
     Ok(values)

@@ -13,6 +13,7 @@
 // Negated float comparisons are deliberate throughout: they make NaN fail a check.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
+pub mod blockset;
 pub mod element;
 pub mod error;
 
@@ -30,11 +31,12 @@ mod target;
 mod threads;
 
 pub use element::{DType, Element};
+pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
 pub use predictor::PredictorKind;
-pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
+pub use threads::run_with as run_with_threads;
 
 /// How the user states the error bound.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -93,6 +93,12 @@ impl Quantizer {
         (0, x)
     }
 
+    /// The symbol of a zero residual (the value rebuilt as its prediction).
+    #[inline(always)]
+    pub fn zero_symbol(&self) -> u16 {
+        self.radius as u16
+    }
+
     /// Inverse of `quantize` for a nonzero symbol.
     #[inline(always)]
     pub fn recover<T: Element>(&self, sym: u16, pred: f64) -> T {

@@ -89,7 +89,9 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 
 /// Compressed size of `p` on the samples, through the real entropy stages: the symbols' entropy
 /// alone misses how much zstd gains on long runs of one code, which decides the loose bounds.
-fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset) -> usize {
+/// With `pooled`, the samples are unit blocks whose codes share one bitstream and one lossless
+/// pass (see `blockset`); otherwise each sample is coded like a chunk of its own.
+fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
     let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, data, shape, q)).collect();
     let hist = coded.iter().map(|c| histogram(&c.symbols, q.alphabet())).fold(vec![0u64; q.alphabet()], |h, c| add_histogram(h, &c));
     let codebook = Codebook::from_histogram(&hist);
@@ -97,11 +99,20 @@ fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Qua
     // The codebook is part of the cost: on small arrays it can outweigh the codes themselves.
     codebook.write(&mut bits);
     let mut size = bits.len();
+    let pack = |bits: &[u8]| level_for(preset, bits).map_or(bits.len(), |level| zstd_compress(bits, level).len().min(bits.len()));
+    bits.clear();
     for c in &coded {
-        bits.clear();
+        if !pooled {
+            bits.clear();
+        }
         codebook.encode(&c.symbols, &mut bits).expect("codebook built from these symbols");
-        let packed = level_for(preset, &bits).map_or(bits.len(), |level| zstd_compress(&bits, level).len().min(bits.len()));
-        size += packed + c.exact.len() * T::BYTES + c.side.len();
+        size += c.exact.len() * T::BYTES + c.side.len();
+        if !pooled {
+            size += pack(&bits);
+        }
+    }
+    if pooled {
+        size += pack(&bits);
     }
     size
 }
@@ -111,6 +122,7 @@ struct Trials<'a, T> {
     samples: &'a [(Vec<T>, Vec<usize>)],
     q: &'a Quantizer,
     preset: Preset,
+    pooled: bool,
     seen: Vec<(Predictor, usize)>,
 }
 
@@ -119,7 +131,7 @@ impl<T: Element> Trials<'_, T> {
     /// samples alone are too few to keep every core busy).
     fn cheapest(&mut self, cands: &[Predictor]) -> Predictor {
         let fresh: Vec<Predictor> = cands.iter().filter(|p| !self.seen.iter().any(|(s, _)| s == *p)).copied().collect();
-        let costs: Vec<usize> = fresh.par_iter().map(|p| estimate(p, self.samples, self.q, self.preset)).collect();
+        let costs: Vec<usize> = fresh.par_iter().map(|p| estimate(p, self.samples, self.q, self.preset, self.pooled)).collect();
         self.seen.extend(fresh.into_iter().zip(costs));
         let cost = |p: &Predictor| self.seen.iter().find(|(s, _)| s == p).map_or(usize::MAX, |&(_, c)| c);
         // The first of equal costs wins, as the candidates are listed in order of preference.
@@ -140,22 +152,52 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
             .map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone()))
             .collect()
     };
-    let preset = config.preset;
     let family = samples(FAMILY_BOX_ELEMENTS);
-    match (Trials { samples: &family, q, preset, seen: Vec::new() }).cheapest(&cands) {
+    let mut trials = Trials { samples: &family, q, preset: config.preset, pooled: false, seen: Vec::new() };
+    match trials.cheapest(&cands) {
         Predictor::Interpolation { order, .. } => {
             // Boxes of at most a quarter of the array, like the family sample.
             let n = num_elements(shape);
             let tuning_box = TUNING_BOX_ELEMENTS.min((n / SMALL_ARRAY_SHARE).max(1).next_power_of_two() / 2).max(FAMILY_BOX_ELEMENTS);
             let large = samples(tuning_box);
-            let mut trials = Trials { samples: &large, q, preset, seen: Vec::new() };
-            let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
-                Predictor::Interpolation { spline, .. } => spline,
-                _ => Spline::Cubic,
-            };
-            let tunings: Vec<Predictor> = LevelBounds::all().map(|bounds| Predictor::Interpolation { spline, order, bounds }).collect();
-            trials.cheapest(&tunings)
+            tune_interpolation(Trials { samples: &large, seen: Vec::new(), ..trials }, order)
         }
+        other => other,
+    }
+}
+
+/// The spline, then the level-wise bounds, for interpolation in dimension `order`.
+fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Predictor {
+    let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
+        Predictor::Interpolation { spline, .. } => spline,
+        _ => Spline::Cubic,
+    };
+    let tunings: Vec<Predictor> = LevelBounds::all().map(|bounds| Predictor::Interpolation { spline, order, bounds }).collect();
+    trials.cheapest(&tunings)
+}
+
+/// The predictor for a set of unit blocks predicted one by one (`blockset`), from `samples`
+/// (full blocks, finite values): regression takes `regression_block`.
+pub fn choose_for_blocks<T: Element>(
+    samples: &[(Vec<T>, Vec<usize>)],
+    q: &Quantizer,
+    config: &Config,
+    regression_block: usize,
+) -> Predictor {
+    let ndim = samples.first().map_or(1, |(_, shape)| shape.len());
+    let cands: Vec<Predictor> = candidates(config, ndim, q.eb() == 0.0)
+        .into_iter()
+        .map(|p| match p {
+            Predictor::Regression { .. } => Predictor::Regression { block: regression_block },
+            other => other,
+        })
+        .collect();
+    if cands.len() == 1 || samples.is_empty() {
+        return cands[0];
+    }
+    let mut trials = Trials { samples, q, preset: config.preset, pooled: true, seen: Vec::new() };
+    match trials.cheapest(&cands) {
+        Predictor::Interpolation { order, .. } => tune_interpolation(trials, order),
         other => other,
     }
 }
@@ -171,7 +213,7 @@ pub fn probe<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Co
     if config.predictor.is_some() || config.preset == Preset::Speed || q.eb() == 0.0 {
         return false;
     }
-    let Some(b) = sample_boxes(shape, FAMILY_BOX_ELEMENTS).into_iter().nth(0) else { return false };
+    let Some(b) = sample_boxes(shape, FAMILY_BOX_ELEMENTS).into_iter().next() else { return false };
     let sample = vec![(nonfinite::fill(&gather(data, shape, &b)).0.into_owned(), b.shape.clone())];
     let others: Vec<Predictor> = match *current {
         Predictor::Interpolation { spline, order, bounds } => [Spline::Cubic, Spline::Natural, Spline::Linear]
@@ -181,7 +223,7 @@ pub fn probe<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Co
             .collect(),
         _ => interpolation_candidates(shape.len()),
     };
-    let mut trials = Trials { samples: &sample, q, preset: config.preset, seen: Vec::new() };
+    let mut trials = Trials { samples: &sample, q, preset: config.preset, pooled: false, seen: Vec::new() };
     let best = trials.cheapest(&[vec![*current], others].concat());
     let cost = |p: &Predictor| trials.seen.iter().find(|(s, _)| s == p).map_or(usize::MAX, |&(_, c)| c);
     (cost(&best) as f64) < PROBE_MARGIN * cost(current) as f64

@@ -69,7 +69,16 @@ impl Header {
             ErrorBound::Ratio(r) => (2u8, r),
             ErrorBound::Psnr(p) => (3u8, p),
         };
-        out.extend_from_slice(&[VERSION, self.dtype as u8, self.shape.len() as u8, self.preset as u8, mode, self.codebook_source as u8, 0, 0]);
+        out.extend_from_slice(&[
+            VERSION,
+            self.dtype as u8,
+            self.shape.len() as u8,
+            self.preset as u8,
+            mode,
+            self.codebook_source as u8,
+            0,
+            0,
+        ]);
         out.extend_from_slice(&bound.to_le_bytes());
         out.extend_from_slice(&self.eb.to_le_bytes());
         out.extend_from_slice(&self.radius.to_le_bytes());

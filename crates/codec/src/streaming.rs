@@ -258,7 +258,8 @@ impl StreamEncoder {
                 let record = prepared.finish(&self.config, &book.codebook, CodebookSource::Offline, vec![book.id])?;
                 self.stats.offline += 1;
                 let elements_since = prepared.histogram.iter().sum();
-                self.current = Some(Current { predictor: prepared.predictor, codebook: book.codebook.clone(), spread, elements_since, unprobed: 0 });
+                self.current =
+                    Some(Current { predictor: prepared.predictor, codebook: book.codebook.clone(), spread, elements_since, unprobed: 0 });
                 return Ok(record);
             }
         }

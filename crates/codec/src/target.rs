@@ -157,7 +157,9 @@ impl<'a, T: Element> Search<'a, T> {
             x = self.next_x(slope_hint);
         }
         let n = self.trials.len();
-        Ok((n >= 2).then(|| (self.trials[n - 1].y - self.trials[n - 2].y) / (self.trials[n - 1].x - self.trials[n - 2].x)).filter(|s| s.is_finite() && *s > 0.0))
+        Ok((n >= 2)
+            .then(|| (self.trials[n - 1].y - self.trials[n - 2].y) / (self.trials[n - 1].x - self.trials[n - 2].x))
+            .filter(|s| s.is_finite() && *s > 0.0))
     }
 
     /// The trial to keep. A PSNR target is a floor: the largest bound at or above it, and if no
@@ -165,11 +167,15 @@ impl<'a, T: Element> Search<'a, T> {
     fn best(mut self) -> Result<Trial> {
         match self.target {
             Target::Ratio(_) => {
-                let i = (0..self.trials.len()).min_by(|&a, &b| self.trials[a].y.abs().total_cmp(&self.trials[b].y.abs())).expect("one trial at least");
+                let i = (0..self.trials.len())
+                    .min_by(|&a, &b| self.trials[a].y.abs().total_cmp(&self.trials[b].y.abs()))
+                    .expect("one trial at least");
                 Ok(self.trials.swap_remove(i))
             }
             Target::Psnr(p) => loop {
-                let reached = (0..self.trials.len()).filter(|&i| self.trials[i].measure >= p).max_by(|&a, &b| self.trials[a].x.total_cmp(&self.trials[b].x));
+                let reached = (0..self.trials.len())
+                    .filter(|&i| self.trials[i].measure >= p)
+                    .max_by(|&a, &b| self.trials[a].x.total_cmp(&self.trials[b].x));
                 if let Some(i) = reached {
                     return Ok(self.trials.swap_remove(i));
                 }

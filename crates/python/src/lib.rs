@@ -8,6 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod amr;
 mod streaming;
 
 create_exception!(_core, CorruptStreamError, PyValueError, "The data is not a valid amrzip stream (damaged, truncated or not amrzip).");
@@ -143,6 +144,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add("CorruptStreamError", m.py().get_type::<CorruptStreamError>())?;
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
+    m.add_function(wrap_pyfunction!(amr::compress_level, m)?)?;
+    m.add_function(wrap_pyfunction!(amr::decode_region, m)?)?;
     m.add_class::<streaming::StreamEncoder>()?;
     m.add_class::<streaming::StreamDecoder>()?;
     m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;

@@ -139,7 +139,12 @@ fn histogram_typed<T: Element + numpy::Element>(
 
 /// _symbol_histogram(array, abs_bound, preset) -> numpy uint64 array over the alphabet
 #[pyfunction]
-pub fn _symbol_histogram<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, abs_bound: f64, preset: &str) -> PyResult<Bound<'py, PyArray1<u64>>> {
+pub fn _symbol_histogram<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyAny>,
+    abs_bound: f64,
+    preset: &str,
+) -> PyResult<Bound<'py, PyArray1<u64>>> {
     let cfg = config("abs", abs_bound, preset, None, None)?;
     let h = match array.extract::<PyReadonlyArrayDyn<f32>>() {
         Ok(a) => histogram_typed(py, a, &cfg, abs_bound)?,

@@ -15,6 +15,12 @@ def coarsen(box: Box, ratio: Sequence[int]) -> Box:
     return tuple(l // r for l, r in zip(lo, ratio)), tuple(h // r for h, r in zip(hi, ratio))
 
 
+def refine(box: Box, ratio: Sequence[int]) -> Box:
+    """The fine cells of the box's cells."""
+    lo, hi = box
+    return tuple(l * r for l, r in zip(lo, ratio)), tuple((h + 1) * r - 1 for h, r in zip(hi, ratio))
+
+
 def intersect(a: Box, b: Box):
     """The intersection of two boxes, or None."""
     lo = tuple(max(x, y) for x, y in zip(a[0], b[0]))

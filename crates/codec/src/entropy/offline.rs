@@ -62,11 +62,14 @@ pub fn covering(freq: &[u64], scale: f64) -> Codebook {
     let quantile = |q: f64| {
         let target = (q * coded as f64) as u64;
         let mut seen = 0u64;
-        freq.iter().enumerate().skip(1).find(|&(_, &f)| {
-            seen += f;
-            seen > target
-        })
-        .map_or(freq.len() - 1, |(s, _)| s)
+        freq.iter()
+            .enumerate()
+            .skip(1)
+            .find(|&(_, &f)| {
+                seen += f;
+                seen > target
+            })
+            .map_or(freq.len() - 1, |(s, _)| s)
     };
     let (lo, hi) = (quantile(0.0005), quantile(0.9995));
     let pad = ((hi - lo) / 2).max(8);

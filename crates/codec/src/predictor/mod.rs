@@ -97,6 +97,14 @@ impl<'a, T: Element> EncodeVisitor<'a, T> {
 impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
     #[inline(always)]
     fn visit(&mut self, x: T, pred: f64) -> T {
+        // A NaN reaching a predictor marks a "don't care" cell (real NaNs are patched out
+        // before prediction, see `nonfinite`): it takes the zero-residual code, the cheapest
+        // there is, and becomes whatever its prediction is, exactly as the decoder rebuilds it.
+        if x.to_f64().is_nan() {
+            self.symbols[self.pos] = self.q.zero_symbol();
+            self.pos += 1;
+            return self.q.recover(self.q.zero_symbol(), pred);
+        }
         let (s, r) = self.q.quantize(x, pred, &mut self.exact);
         self.symbols[self.pos] = s;
         self.pos += 1;

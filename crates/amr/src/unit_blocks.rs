@@ -1,0 +1,270 @@
+//! Unit blocks (AMRIC): a level's index space is cut by a lattice of unit blocks anchored at the
+//! level domain's low corner; the store's chunks are whole numbers of unit blocks. A block
+//! gathers the cells of every box that touches it; cells no box stores (outside the boxes, or
+//! covered by the next level) are left out through the block's mask, and blocks with no stored
+//! cell do not exist.
+
+use amrzip_codec::blockset::Block;
+use amrzip_codec::Element;
+use std::collections::BTreeMap;
+
+/// Memory order of a box's array indexed `[i, j, k]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Last index fastest (numpy's default).
+    C,
+    /// First index (x) fastest, as AMReX and Chombo store boxes.
+    Fortran,
+}
+
+/// One box's data: inclusive cell bounds, its values, and which cells to store (C order over
+/// the box; `None`: all of them).
+pub struct BoxView<'a, T> {
+    pub lo: Vec<i64>,
+    pub hi: Vec<i64>,
+    pub data: &'a [T],
+    pub layout: Layout,
+    pub stored: Option<&'a [bool]>,
+}
+
+impl<T> BoxView<'_, T> {
+    pub fn shape(&self) -> Vec<usize> {
+        self.lo.iter().zip(&self.hi).map(|(&l, &h)| (h - l + 1) as usize).collect()
+    }
+
+    fn check(&self, ndim: usize) -> Result<(), String> {
+        if self.lo.len() != ndim || self.hi.len() != ndim || self.lo.iter().zip(&self.hi).any(|(l, h)| h < l) {
+            return Err(format!("box {:?}..{:?} is not a non-empty {ndim}-dimensional box", self.lo, self.hi));
+        }
+        let n: usize = self.shape().iter().product();
+        if self.data.len() != n || self.stored.is_some_and(|s| s.len() != n) {
+            return Err(format!("box {:?}..{:?} has {n} cells but {} values", self.lo, self.hi, self.data.len()));
+        }
+        Ok(())
+    }
+}
+
+/// The lattice: `origin` (the level domain's low corner), the unit block shape and the chunk
+/// shape, both in cells, the chunk a whole number of unit blocks per dimension.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tiling {
+    pub origin: Vec<i64>,
+    pub unit: Vec<usize>,
+    pub chunk: Vec<usize>,
+}
+
+impl Tiling {
+    pub fn new(origin: Vec<i64>, unit: Vec<usize>, chunk: Vec<usize>) -> Result<Tiling, String> {
+        let nd = origin.len();
+        if !(1..=4).contains(&nd) || unit.len() != nd || chunk.len() != nd {
+            return Err(format!("origin, unit and chunk must all have 1 to 4 dimensions, got {origin:?}, {unit:?}, {chunk:?}"));
+        }
+        if unit.contains(&0) || chunk.iter().zip(&unit).any(|(&c, &u)| c == 0 || c % u != 0) {
+            return Err(format!("chunk shape {chunk:?} must be a nonzero multiple of the unit block {unit:?}"));
+        }
+        Ok(Tiling { origin, unit, chunk })
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.origin.len()
+    }
+
+    /// Unit blocks per chunk along each dimension.
+    pub fn blocks_per_chunk(&self) -> Vec<usize> {
+        self.chunk.iter().zip(&self.unit).map(|(c, u)| c / u).collect()
+    }
+
+    /// Number of block positions in a chunk.
+    pub fn block_count(&self) -> u64 {
+        self.blocks_per_chunk().iter().map(|&n| n as u64).product()
+    }
+
+    /// Lattice index of the unit block holding `cell` along dimension `d`.
+    fn block_of(&self, d: usize, cell: i64) -> i64 {
+        (cell - self.origin[d]).div_euclid(self.unit[d] as i64)
+    }
+
+    /// Chunk index and position inside it of the unit block at lattice index `block`.
+    pub fn chunk_position(&self, block: &[i64]) -> (Vec<i64>, u64) {
+        let per = self.blocks_per_chunk();
+        let mut position = 0u64;
+        let mut chunk = Vec::with_capacity(block.len());
+        for (d, &b) in block.iter().enumerate() {
+            chunk.push(b.div_euclid(per[d] as i64));
+            position = position * per[d] as u64 + b.rem_euclid(per[d] as i64) as u64;
+        }
+        (chunk, position)
+    }
+
+    /// Lattice index of the block at `position` in `chunk`.
+    pub fn block_at(&self, chunk: &[i64], mut position: u64) -> Vec<i64> {
+        let per = self.blocks_per_chunk();
+        let mut block = vec![0i64; chunk.len()];
+        for d in (0..chunk.len()).rev() {
+            block[d] = chunk[d] * per[d] as i64 + (position % per[d] as u64) as i64;
+            position /= per[d] as u64;
+        }
+        block
+    }
+
+    /// Lowest cell of the block at lattice index `block`.
+    fn block_lo(&self, block: &[i64]) -> Vec<i64> {
+        block.iter().enumerate().map(|(d, &b)| self.origin[d] + b * self.unit[d] as i64).collect()
+    }
+}
+
+/// Calls `f(offset)` for every cell of the box `lo..=hi` (inclusive), in C order.
+pub(crate) fn for_each_cell(lo: &[i64], hi: &[i64], mut f: impl FnMut(&[i64])) {
+    let nd = lo.len();
+    let mut cell = lo.to_vec();
+    loop {
+        f(&cell);
+        let mut d = nd;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            if cell[d] < hi[d] {
+                cell[d] += 1;
+                break;
+            }
+            cell[d] = lo[d];
+        }
+    }
+}
+
+/// Offset of `cell` in an array over `lo..=hi` (shape `shape`) in `layout`.
+pub(crate) fn offset(cell: &[i64], lo: &[i64], shape: &[usize], layout: Layout) -> usize {
+    let mut off = 0usize;
+    match layout {
+        Layout::C => {
+            for d in 0..cell.len() {
+                off = off * shape[d] + (cell[d] - lo[d]) as usize;
+            }
+        }
+        Layout::Fortran => {
+            for d in (0..cell.len()).rev() {
+                off = off * shape[d] + (cell[d] - lo[d]) as usize;
+            }
+        }
+    }
+    off
+}
+
+/// The unit blocks of `boxes`, grouped by chunk (chunks in lattice order, blocks by position).
+/// Where boxes overlap, the later box's stored cells win.
+pub fn gather<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling) -> Result<BTreeMap<Vec<i64>, Vec<Block<T>>>, String> {
+    let nd = tiling.ndim();
+    let n_unit: usize = tiling.unit.iter().product();
+    let mut blocks: BTreeMap<Vec<i64>, (Vec<T>, Vec<bool>)> = BTreeMap::new();
+    for b in boxes {
+        b.check(nd)?;
+        if b.lo.iter().zip(&tiling.origin).any(|(l, o)| l < o) {
+            return Err(format!("box {:?}..{:?} starts below the level's domain corner {:?}", b.lo, b.hi, tiling.origin));
+        }
+        let shape = b.shape();
+        let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d])).collect();
+        let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d])).collect();
+        for_each_cell(&first, &last, |block| {
+            let blo = tiling.block_lo(block);
+            let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
+            let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d])).collect();
+            let (values, mask) = blocks.entry(block.to_vec()).or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
+            for_each_cell(&lo, &hi, |cell| {
+                let src_c = offset(cell, &b.lo, &shape, Layout::C);
+                if b.stored.is_some_and(|s| !s[src_c]) {
+                    return;
+                }
+                let src = if b.layout == Layout::C { src_c } else { offset(cell, &b.lo, &shape, b.layout) };
+                let dst = offset(cell, &blo, &tiling.unit, Layout::C);
+                values[dst] = b.data[src];
+                mask[dst] = true;
+            });
+        });
+    }
+    let mut chunks: BTreeMap<Vec<i64>, Vec<Block<T>>> = BTreeMap::new();
+    for (block, (values, mask)) in blocks {
+        let stored = mask.iter().filter(|&&m| m).count();
+        if stored == 0 {
+            continue;
+        }
+        let (chunk, position) = tiling.chunk_position(&block);
+        let mask = (stored < n_unit).then_some(mask);
+        chunks.entry(chunk).or_default().push(Block { position, values, mask });
+    }
+    for blocks in chunks.values_mut() {
+        blocks.sort_by_key(|b| b.position);
+    }
+    Ok(chunks)
+}
+
+/// Writes the stored cells of `blocks` (those of `chunk`) that fall in `region_lo..=region_hi`
+/// into `out`, a C-order array over the region. Returns how many cells were written.
+pub fn scatter<T: Element>(
+    blocks: &[Block<T>],
+    chunk: &[i64],
+    tiling: &Tiling,
+    region_lo: &[i64],
+    region_hi: &[i64],
+    out: &mut [T],
+) -> usize {
+    let nd = tiling.ndim();
+    let region_shape: Vec<usize> = region_lo.iter().zip(region_hi).map(|(&l, &h)| (h - l + 1) as usize).collect();
+    let mut written = 0;
+    for b in blocks {
+        let blo = tiling.block_lo(&tiling.block_at(chunk, b.position));
+        let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(region_lo[d])).collect();
+        let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(region_hi[d])).collect();
+        if lo.iter().zip(&hi).any(|(l, h)| h < l) {
+            continue;
+        }
+        for_each_cell(&lo, &hi, |cell| {
+            let src = offset(cell, &blo, &tiling.unit, Layout::C);
+            if b.mask.as_ref().is_some_and(|m| !m[src]) {
+                return;
+            }
+            out[offset(cell, region_lo, &region_shape, Layout::C)] = b.values[src];
+            written += 1;
+        });
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_cover_exactly_the_stored_cells() {
+        let tiling = Tiling::new(vec![0, 0], vec![4, 4], vec![8, 8]).unwrap();
+        // A 6x10 box in Fortran order, its cell (2, 5) not stored, plus a 2x2 box.
+        let data: Vec<f64> = (0..60).map(|v| v as f64).collect();
+        let mut stored = vec![true; 60];
+        stored[12] = false; // cell (2, 5): C-order offset (2 - 1) * 10 + (5 - 3)
+        let small = [100.0, 101.0, 102.0, 103.0];
+        let boxes = vec![
+            BoxView { lo: vec![1, 3], hi: vec![6, 12], data: &data, layout: Layout::Fortran, stored: Some(&stored) },
+            BoxView { lo: vec![9, 0], hi: vec![10, 1], data: &small, layout: Layout::C, stored: None },
+        ];
+        let chunks = gather(&boxes, &tiling).unwrap();
+        let mut out = vec![f64::NAN; 12 * 14];
+        let mut total = 0;
+        for (chunk, blocks) in &chunks {
+            total += scatter(blocks, chunk, &tiling, &[0, 0], &[11, 13], &mut out);
+        }
+        assert_eq!(total, 59 + 4);
+        for i in 1..=6 {
+            for j in 3..=12 {
+                let v = out[i * 14 + j];
+                if (i, j) == (2, 5) {
+                    assert!(v.is_nan());
+                } else {
+                    assert_eq!(v, ((i - 1) + 6 * (j - 3)) as f64);
+                }
+            }
+        }
+        assert_eq!(out[9 * 14 + 1], 101.0);
+        assert_eq!(out[10 * 14], 102.0);
+    }
+}

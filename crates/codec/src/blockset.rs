@@ -1,0 +1,422 @@
+//! Shared lossless encoding (SLE, after AMRIC): a set of unit blocks of one shape, each
+//! predicted and quantized on its own (no prediction across block seams, so a block never
+//! depends on which neighbours exist), their codes entropy-coded with one Huffman codebook
+//! shared by every block set of an array and one lossless pass per set.
+//!
+//! A block may be partial: its mask says which cells are stored. The others are "don't care":
+//! they take the zero-residual code and rebuild as their prediction, so they cost almost
+//! nothing and never touch the bound of the stored cells. Blocks with a mask use Lorenzo or
+//! interpolation, whose walks handle such cells (regression would fit its model to them).
+//!
+//! Layout (integers little-endian):
+//! ```text
+//! "AMRB" | version u8 | dtype u8 | ndim u8 | preset u8
+//! eb f64 | radius u32 | unit shape u32 x ndim | codebook index u32 | block count u32
+//! raw length u64 | crc32 of everything above (u32)
+//! lossless frames of the raw bytes (see `frames`) | crc32 of the frames (u32)
+//! raw bytes: per block: position gap varint (first: the position; later: position - previous
+//!   - 1), predictor u8, mask flag u8 (0 full, 1 partial: then the mask, one bit per cell,
+//!   LSB first), then the block's patches, side and exact values as in a chunk;
+//!   then the symbols of all blocks, in block order, as Huffman segments
+//! ```
+
+use crate::bytes::{put_varint, ByteReader};
+use crate::compressor::{read_parts, read_segments, write_parts, write_segments};
+use crate::element::{DType, Element};
+use crate::entropy::frames;
+use crate::entropy::huffman::{self, Codebook};
+use crate::error::{corrupt, CodecError, Result};
+use crate::nonfinite;
+use crate::predictor::{self, Coded, Predictor, PredictorKind};
+use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
+use crate::selection;
+use crate::{Config, Preset};
+use rayon::prelude::*;
+
+const MAGIC: &[u8; 4] = b"AMRB";
+const VERSION: u8 = 1;
+/// Blocks sampled to choose the predictor: enough to see the field's character, few enough
+/// that choosing costs a small share of compressing.
+const SAMPLE_BLOCKS: usize = 256;
+const MAX_UNIT_ELEMENTS: usize = 1 << 24;
+
+/// One unit block: its position in the set's block grid, its values in C order over the unit
+/// shape, and which cells are stored (`None`: all).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block<T> {
+    pub position: u64,
+    pub values: Vec<T>,
+    pub mask: Option<Vec<bool>>,
+}
+
+/// The Huffman codebook shared by the block sets of an array.
+pub struct SharedCodebook(Codebook);
+
+impl SharedCodebook {
+    /// A codebook for the summed histograms of the sets it will code.
+    pub fn from_histogram(histogram: &[u64]) -> SharedCodebook {
+        SharedCodebook(Codebook::from_histogram(histogram))
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.0.write(&mut out);
+        out
+    }
+
+    /// Parses a codebook written by `to_bytes` for the default quantization radius.
+    pub fn from_bytes(bytes: &[u8]) -> Result<SharedCodebook> {
+        let (codebook, used) = Codebook::read(bytes, 2 * DEFAULT_RADIUS as usize)?;
+        if used != bytes.len() {
+            return Err(corrupt!("{} unexpected bytes after the shared codebook", bytes.len() - used));
+        }
+        Ok(SharedCodebook(codebook))
+    }
+}
+
+/// Encodes block sets of one array under one bound and one predictor choice.
+pub struct BlockSetEncoder {
+    unit: Vec<usize>,
+    q: Quantizer,
+    predictor: Predictor,
+    preset: Preset,
+}
+
+/// Regression block edge for unit blocks of edge `unit_edge` (AMRIC's adaptive rule in 3-D: a
+/// 6-cell block leaves thin residue blocks when the unit edge is 1 or 2 past a multiple of 6,
+/// so 4 is used there, unless the unit is so large the residues no longer matter).
+pub fn regression_block(ndim: usize, unit_edge: usize, adaptive: bool) -> usize {
+    let default = predictor::default_regression_block(ndim);
+    if ndim == 3 && adaptive && unit_edge % 6 <= 2 && unit_edge <= 64 {
+        4
+    } else {
+        default.min(unit_edge.max(2))
+    }
+}
+
+impl BlockSetEncoder {
+    /// Chooses the predictor on up to `SAMPLE_BLOCKS` full blocks of `sample`, spread evenly.
+    /// `eb` is the absolute bound (finite, >= 0); `adaptive_block` applies AMRIC's rule for
+    /// the regression block edge (else the default edge).
+    pub fn new<T: Element>(
+        sample: &[&Block<T>],
+        unit: &[usize],
+        config: &Config,
+        eb: f64,
+        adaptive_block: bool,
+    ) -> Result<BlockSetEncoder> {
+        check_unit(unit)?;
+        if !(eb.is_finite() && eb >= 0.0) {
+            return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
+        }
+        let q = Quantizer::new(eb, DEFAULT_RADIUS);
+        let full: Vec<&&Block<T>> = sample.iter().filter(|b| b.mask.is_none() && b.values.len() == unit.iter().product()).collect();
+        let step = full.len().div_ceil(SAMPLE_BLOCKS).max(1);
+        let samples: Vec<(Vec<T>, Vec<usize>)> =
+            full.iter().step_by(step).map(|b| (nonfinite::fill(&b.values).0.into_owned(), unit.to_vec())).collect();
+        let edge = *unit.iter().max().unwrap_or(&1);
+        let predictor = if samples.is_empty() {
+            Predictor::Lorenzo
+        } else {
+            selection::choose_for_blocks(&samples, &q, config, regression_block(unit.len(), edge, adaptive_block))
+        };
+        Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, preset: config.preset })
+    }
+
+    pub fn predictor(&self) -> Predictor {
+        self.predictor
+    }
+
+    /// Predicts and quantizes one set's blocks (positions strictly increasing).
+    pub fn predict<T: Element>(&self, blocks: &[Block<T>]) -> Result<PredictedSet<T>> {
+        let n = self.unit.iter().product::<usize>();
+        for (k, b) in blocks.iter().enumerate() {
+            if b.values.len() != n || b.mask.as_ref().is_some_and(|m| m.len() != n) {
+                return Err(CodecError::InvalidInput(format!("block {k} does not have the {n} values of the unit shape {:?}", self.unit)));
+            }
+            if k > 0 && b.position <= blocks[k - 1].position {
+                return Err(CodecError::InvalidInput("block positions must be strictly increasing".into()));
+            }
+        }
+        let predicted: Vec<PredictedBlock<T>> = blocks.par_iter().map(|b| self.predict_block(b)).collect();
+        let histogram = predicted
+            .iter()
+            .map(|b| huffman::histogram(&b.coded.symbols, self.q.alphabet()))
+            .fold(vec![0u64; self.q.alphabet()], |h, b| huffman::add_histogram(h, &b));
+        Ok(PredictedSet { unit: self.unit.clone(), q: self.q, preset: self.preset, blocks: predicted, histogram })
+    }
+
+    fn predict_block<T: Element>(&self, b: &Block<T>) -> PredictedBlock<T> {
+        let (filled, patches) = match &b.mask {
+            None => nonfinite::fill(&b.values),
+            Some(mask) => {
+                // Only stored cells count: a don't-care NaN is not patched.
+                let stored: Vec<T> = b.values.iter().zip(mask).map(|(&x, &m)| if m { x } else { T::default() }).collect();
+                let (filled, patches) = nonfinite::fill(&stored);
+                let nan = T::from_f64(f64::NAN);
+                let marked: Vec<T> = filled.iter().zip(mask).map(|(&x, &m)| if m { x } else { nan }).collect();
+                (std::borrow::Cow::Owned(marked), patches)
+            }
+        };
+        let p = match (b.mask.is_some(), self.predictor) {
+            (true, Predictor::Regression { .. } | Predictor::DualQuant) => Predictor::Lorenzo,
+            (_, p) => p,
+        };
+        let coded = predictor::encode(&p, &filled, &self.unit, &self.q);
+        PredictedBlock { position: b.position, kind: p.kind(), mask: b.mask.clone(), patches, coded }
+    }
+}
+
+struct PredictedBlock<T> {
+    position: u64,
+    kind: PredictorKind,
+    mask: Option<Vec<bool>>,
+    patches: Vec<(usize, T)>,
+    coded: Coded<T>,
+}
+
+/// A block set predicted and quantized, waiting for the array's shared codebook.
+pub struct PredictedSet<T> {
+    unit: Vec<usize>,
+    q: Quantizer,
+    preset: Preset,
+    blocks: Vec<PredictedBlock<T>>,
+    /// Symbol counts over the set's blocks: sum them over all sets to build the codebook.
+    pub histogram: Vec<u64>,
+}
+
+impl<T: Element> PredictedSet<T> {
+    /// The set's bytes, coded with `codebook` (built from histograms including this set's),
+    /// recorded as codebook `codebook_index` of the array.
+    pub fn finish(&self, codebook: &SharedCodebook, codebook_index: u32) -> Result<Vec<u8>> {
+        let mut raw = Vec::new();
+        let mut previous: Option<u64> = None;
+        for b in &self.blocks {
+            put_varint(&mut raw, previous.map_or(b.position, |p| b.position - p - 1));
+            previous = Some(b.position);
+            raw.push(b.kind as u8);
+            match &b.mask {
+                None => raw.push(0),
+                Some(mask) => {
+                    raw.push(1);
+                    raw.extend(mask.chunks(8).map(|c| c.iter().enumerate().fold(0u8, |acc, (i, &m)| acc | (m as u8) << i)));
+                }
+            }
+            write_parts(&mut raw, &b.patches, &b.coded);
+        }
+        let symbols: Vec<u16> = self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect();
+        write_segments(&mut raw, &symbols, &codebook.0)?;
+        let packed = frames::pack(&raw, |frame| frames::level_for(self.preset, frame));
+        let mut out = Vec::with_capacity(packed.len() + 64);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&[VERSION, T::DTYPE as u8, self.unit.len() as u8, self.preset as u8]);
+        out.extend_from_slice(&self.q.eb().to_le_bytes());
+        out.extend_from_slice(&DEFAULT_RADIUS.to_le_bytes());
+        for &n in &self.unit {
+            out.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        out.extend_from_slice(&codebook_index.to_le_bytes());
+        out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        let start = out.len();
+        out.extend_from_slice(&packed);
+        let crc = crc32fast::hash(&out[start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        Ok(out)
+    }
+}
+
+fn check_unit(unit: &[usize]) -> Result<()> {
+    if unit.is_empty()
+        || unit.len() > 4
+        || unit.contains(&0)
+        || unit.iter().try_fold(1usize, |a, &n| a.checked_mul(n)).is_none_or(|n| n > MAX_UNIT_ELEMENTS)
+    {
+        return Err(CodecError::InvalidInput(format!(
+            "unit block shape {unit:?} must have 1 to 4 nonzero dimensions and at most {MAX_UNIT_ELEMENTS} cells"
+        )));
+    }
+    Ok(())
+}
+
+/// What a block set's header says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockSetInfo {
+    pub dtype: DType,
+    pub unit: Vec<usize>,
+    pub eb: f64,
+    pub codebook_index: u32,
+    pub blocks: usize,
+}
+
+fn read_header(bytes: &[u8]) -> Result<(BlockSetInfo, Preset, u64, usize)> {
+    let mut r = ByteReader::new(bytes);
+    if r.take(4, "magic").map_err(|_| corrupt!("too short to be an amrzip block set ({} bytes)", bytes.len()))? != MAGIC {
+        return Err(corrupt!("not an amrzip block set (bad magic)"));
+    }
+    let version = r.u8("version")?;
+    if version != VERSION {
+        return Err(corrupt!("unsupported block set version {version} (this build reads version {VERSION})"));
+    }
+    let dtype = DType::from_code(r.u8("dtype")?).ok_or_else(|| corrupt!("unknown dtype code"))?;
+    let ndim = r.u8("ndim")? as usize;
+    let preset = match r.u8("preset")? {
+        0 => Preset::Ratio,
+        1 => Preset::Speed,
+        p => return Err(corrupt!("unknown preset {p}")),
+    };
+    let eb = r.f64("bound")?;
+    if !(eb.is_finite() && eb >= 0.0) {
+        return Err(corrupt!("invalid error bound {eb}"));
+    }
+    if r.u32("radius")? != DEFAULT_RADIUS {
+        return Err(corrupt!("unsupported quantization radius"));
+    }
+    if !(1..=4).contains(&ndim) {
+        return Err(corrupt!("{ndim} dimensions (1 to 4 supported)"));
+    }
+    let unit: Vec<usize> = (0..ndim).map(|_| r.u32("unit shape").map(|n| n as usize)).collect::<Result<_>>()?;
+    check_unit(&unit).map_err(|_| corrupt!("invalid unit block shape {unit:?}"))?;
+    let codebook_index = r.u32("codebook index")?;
+    let blocks = r.u32("block count")? as usize;
+    let raw_len = r.u64("raw length")?;
+    let covered = r.position();
+    if r.u32("header checksum")? != crc32fast::hash(&bytes[..covered]) {
+        return Err(corrupt!("block set header checksum mismatch"));
+    }
+    Ok((BlockSetInfo { dtype, unit, eb, codebook_index, blocks }, preset, raw_len, r.position()))
+}
+
+/// Reads and validates a block set's header.
+pub fn info(bytes: &[u8]) -> Result<BlockSetInfo> {
+    Ok(read_header(bytes)?.0)
+}
+
+/// Decodes a block set; `codebook` is the array's codebook the header names (check
+/// `info(bytes).codebook_index`), `max_position` bounds the positions (the block grid's size).
+pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, max_position: u64) -> Result<Vec<Block<T>>> {
+    let (info, _, raw_len, header_len) = read_header(bytes)?;
+    if info.dtype != T::DTYPE {
+        return Err(CodecError::InvalidInput(format!("block set holds {} values, not {}", info.dtype.name(), T::DTYPE.name())));
+    }
+    if bytes.len() < header_len + 4 {
+        return Err(corrupt!("block set truncated before its payload checksum"));
+    }
+    let (packed, tail) = bytes[header_len..].split_at(bytes.len() - header_len - 4);
+    if u32::from_le_bytes(tail.try_into().expect("4 bytes")) != crc32fast::hash(packed) {
+        return Err(corrupt!("block set payload checksum mismatch"));
+    }
+    let n = info.unit.iter().product::<usize>();
+    // Each block costs at least 3 raw bytes and one bit per cell: refuse counts the data cannot hold.
+    if info.blocks as u64 > max_position || (info.blocks as u64).saturating_mul(n as u64 / 8 + 3) > raw_len.max(1) * 2 + 64 {
+        return Err(corrupt!("{} blocks cannot fit in a block set of {raw_len} raw bytes", info.blocks));
+    }
+    let raw = frames::unpack(packed, raw_len)?;
+    let mut r = ByteReader::new(&raw);
+    let q = Quantizer::new(info.eb, DEFAULT_RADIUS);
+    let mut heads = Vec::with_capacity(info.blocks);
+    let mut previous: Option<u64> = None;
+    for _ in 0..info.blocks {
+        let gap = r.varint("block position")?;
+        let position = match previous {
+            None => Some(gap),
+            Some(p) => p.checked_add(gap).and_then(|v| v.checked_add(1)),
+        }
+        .filter(|&p| p < max_position)
+        .ok_or_else(|| corrupt!("block position out of range"))?;
+        previous = Some(position);
+        let kind = PredictorKind::from_code(r.u8("block predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?;
+        let mask = match r.u8("mask flag")? {
+            0 => None,
+            1 => {
+                let bits = r.take(n.div_ceil(8), "block mask")?;
+                if n % 8 != 0 && bits[bits.len() - 1] >> (n % 8) != 0 {
+                    return Err(corrupt!("block mask has bits set past the last cell"));
+                }
+                Some((0..n).map(|i| bits[i / 8] >> (i % 8) & 1 == 1).collect::<Vec<bool>>())
+            }
+            f => return Err(corrupt!("unknown mask flag {f}")),
+        };
+        let parts = read_parts::<T>(&mut r, n)?;
+        heads.push((position, kind, mask, parts));
+    }
+    let total = n.checked_mul(info.blocks).ok_or_else(|| corrupt!("block set too large"))?;
+    let symbols = read_segments(&mut r, total, &codebook.0)?;
+    if codebook.0.symbol_limit() > q.alphabet() {
+        return Err(corrupt!("codebook has symbols beyond the alphabet"));
+    }
+    heads
+        .into_par_iter()
+        .zip(symbols.par_chunks(n.max(1)))
+        .map(|((position, kind, mask, parts), syms)| {
+            let mut values = predictor::decode(kind, &info.unit, &q, syms, &parts.exact, parts.side)?;
+            for (i, x) in parts.patches {
+                values[i] = x;
+            }
+            Ok(Block { position, values, mask })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorBound;
+
+    fn block(position: u64, unit: &[usize], f: impl Fn(usize) -> f64, mask: Option<Vec<bool>>) -> Block<f64> {
+        Block { position, values: (0..unit.iter().product()).map(f).collect(), mask }
+    }
+
+    #[test]
+    fn round_trip_keeps_the_bound_on_stored_cells() {
+        let unit = [8, 8, 8];
+        let mut blocks: Vec<Block<f64>> =
+            (0..20).map(|p| block(p * 3, &unit, |i| ((i + p as usize * 7) as f64 * 0.1).sin() * 5.0, None)).collect();
+        let mask: Vec<bool> = (0..512).map(|i| i % 3 != 0).collect();
+        blocks[4].mask = Some(mask.clone());
+        blocks[4].values[0] = 1e300; // a don't-care cell with a wild value
+        blocks[5].values[7] = f64::NAN;
+        let config = Config::new(ErrorBound::Absolute(1e-3));
+        for adaptive in [false, true] {
+            let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-3, adaptive).unwrap();
+            let set = enc.predict(&blocks).unwrap();
+            let codebook = SharedCodebook::from_histogram(&set.histogram);
+            let bytes = set.finish(&codebook, 0).unwrap();
+            let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
+            let back = decode::<f64>(&bytes, &codebook, 60).unwrap();
+            assert_eq!(back.len(), blocks.len());
+            for (a, b) in blocks.iter().zip(&back) {
+                assert_eq!((a.position, &a.mask), (b.position, &b.mask));
+                for (i, (x, y)) in a.values.iter().zip(&b.values).enumerate() {
+                    if a.mask.as_ref().is_some_and(|m| !m[i]) {
+                        continue;
+                    }
+                    assert!(x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-3, "{x} {y}");
+                }
+            }
+            assert!(decode::<f64>(&bytes, &codebook, 50).is_err(), "positions beyond the grid are refused");
+        }
+    }
+
+    #[test]
+    fn damaged_sets_fail_cleanly() {
+        let unit = [4, 4];
+        let blocks: Vec<Block<f32>> =
+            (0..5).map(|p| Block { position: p, values: (0..16).map(|i| (i as f32 * 0.3).cos()).collect(), mask: None }).collect();
+        let enc =
+            BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(1e-2)), 1e-2, true).unwrap();
+        let set = enc.predict(&blocks).unwrap();
+        let codebook = SharedCodebook::from_histogram(&set.histogram);
+        let bytes = set.finish(&codebook, 0).unwrap();
+        for cut in 0..bytes.len() {
+            assert!(decode::<f32>(&bytes[..cut], &codebook, 5).is_err());
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x41;
+            assert!(decode::<f32>(&bad, &codebook, 5).is_err(), "flip at {i}");
+        }
+    }
+}

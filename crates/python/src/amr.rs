@@ -1,0 +1,148 @@
+//! Bindings for `amrzip-amr`: compress a (level, field) given as boxes, decode a region of it.
+//! `python/amrzip/store/` prepares the boxes (coverage masks, bounds) and writes the chunks.
+
+use crate::{config, to_py};
+use amrzip_amr::{self as amr, BoxView, Layout, Tiling};
+use amrzip_codec::Element;
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+type BoxArgs<'py> = (Vec<i64>, Vec<i64>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
+
+fn tiling(origin: Vec<i64>, unit: Vec<usize>, chunk: Vec<usize>) -> PyResult<Tiling> {
+    Tiling::new(origin, unit, chunk).map_err(PyValueError::new_err)
+}
+
+fn layout<T: numpy::Element>(a: &PyReadonlyArrayDyn<T>) -> PyResult<Layout> {
+    if a.is_c_contiguous() {
+        Ok(Layout::C)
+    } else if a.is_fortran_contiguous() {
+        Ok(Layout::Fortran)
+    } else {
+        Err(PyValueError::new_err("box arrays must be C- or Fortran-contiguous"))
+    }
+}
+
+fn compress_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    boxes: Vec<BoxArgs<'py>>,
+    tiling: &Tiling,
+    cfg: &amrzip_codec::Config,
+    eb: f64,
+    adaptive_block: bool,
+    shared: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut arrays = Vec::with_capacity(boxes.len());
+    for (lo, hi, data, stored) in boxes {
+        let data: PyReadonlyArrayDyn<T> = data.extract()?;
+        let stored: Option<PyReadonlyArrayDyn<bool>> = stored.map(|s| s.extract()).transpose()?;
+        if stored.as_ref().is_some_and(|s| !s.is_c_contiguous()) {
+            return Err(PyValueError::new_err("stored-cell masks must be C-contiguous"));
+        }
+        arrays.push((lo, hi, layout(&data)?, data, stored));
+    }
+    let views: Vec<BoxView<T>> = arrays
+        .iter()
+        .map(|(lo, hi, layout, data, stored)| {
+            Ok(BoxView {
+                lo: lo.clone(),
+                hi: hi.clone(),
+                data: data.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?,
+                layout: *layout,
+                stored: stored.as_ref().map(|s| s.as_slice()).transpose().map_err(|e| PyValueError::new_err(e.to_string()))?,
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let level = py
+        .detach(|| amrzip_codec::run_with_threads(cfg.threads, || amr::compress_level(&views, tiling, cfg, eb, adaptive_block, shared)))
+        .map_err(to_py)?;
+    let d = PyDict::new(py);
+    d.set_item("codebooks", level.codebooks.iter().map(|c| PyBytes::new(py, c)).collect::<Vec<_>>())?;
+    d.set_item("predictor", level.predictor)?;
+    let chunks = PyList::empty(py);
+    for (idx, bytes) in &level.chunks {
+        chunks.append((idx.clone(), PyBytes::new(py, bytes)))?;
+    }
+    d.set_item("chunks", chunks)?;
+    d.set_item("blocks", level.blocks)?;
+    d.set_item("partial_blocks", level.partial_blocks)?;
+    d.set_item("stored_cells", level.stored_cells)?;
+    Ok(d)
+}
+
+/// compress_level(boxes, origin, unit, chunk, eb, preset, threads=None, predictor=None,
+/// adaptive_block=True, shared=True) -> dict
+///
+/// `boxes`: (lo, hi, array, stored mask or None) per box; arrays indexed [i, j, k], C- or
+/// Fortran-contiguous, all float32 or all float64; masks C-contiguous bool.
+#[pyfunction]
+#[pyo3(signature = (boxes, origin, unit, chunk, eb, preset, threads=None, predictor=None, adaptive_block=true, shared=true))]
+#[allow(clippy::too_many_arguments)]
+pub fn compress_level<'py>(
+    py: Python<'py>,
+    boxes: Vec<BoxArgs<'py>>,
+    origin: Vec<i64>,
+    unit: Vec<usize>,
+    chunk: Vec<usize>,
+    eb: f64,
+    preset: &str,
+    threads: Option<usize>,
+    predictor: Option<&str>,
+    adaptive_block: bool,
+    shared: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = config("abs", eb, preset, threads, predictor)?;
+    let tiling = tiling(origin, unit, chunk)?;
+    let is_f32 = boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok());
+    if is_f32 {
+        compress_typed::<f32>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared)
+    } else {
+        compress_typed::<f64>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared)
+    }
+}
+
+fn decode_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    chunks: &[(Vec<i64>, Vec<u8>)],
+    codebooks: &[Vec<u8>],
+    tiling: &Tiling,
+    lo: &[i64],
+    hi: &[i64],
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let chunk_refs: Vec<(Vec<i64>, &[u8])> = chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
+    let books: Vec<&[u8]> = codebooks.iter().map(Vec::as_slice).collect();
+    let values: Vec<T> =
+        py.detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_region(&chunk_refs, &books, tiling, lo, hi))).map_err(to_py)?;
+    let shape: Vec<usize> = lo.iter().zip(hi).map(|(&l, &h)| (h - l + 1) as usize).collect();
+    Ok(PyArray1::from_vec(py, values).reshape(shape)?.into_any())
+}
+
+/// decode_region(chunks, codebooks, origin, unit, chunk, lo, hi, dtype) -> ndarray
+///
+/// `chunks`: (chunk index, bytes) of the chunks the region touches. Returns the region
+/// `lo..=hi` (C order, indexed [i, j, k]); cells no chunk stores are NaN.
+#[pyfunction]
+#[pyo3(signature = (chunks, codebooks, origin, unit, chunk, lo, hi, dtype, threads=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn decode_region<'py>(
+    py: Python<'py>,
+    chunks: Vec<(Vec<i64>, Vec<u8>)>,
+    codebooks: Vec<Vec<u8>>,
+    origin: Vec<i64>,
+    unit: Vec<usize>,
+    chunk: Vec<usize>,
+    lo: Vec<i64>,
+    hi: Vec<i64>,
+    dtype: &str,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let tiling = tiling(origin, unit, chunk)?;
+    match dtype {
+        "float32" => decode_typed::<f32>(py, &chunks, &codebooks, &tiling, &lo, &hi, threads),
+        "float64" => decode_typed::<f64>(py, &chunks, &codebooks, &tiling, &lo, &hi, threads),
+        d => Err(PyValueError::new_err(format!("unsupported dtype {d:?}"))),
+    }
+}

@@ -1,0 +1,257 @@
+"""Reading snapshots back: boxes, regions, whole hierarchies and uniform composites.
+
+A region read opens only the chunks the region touches (``Dataset.bytes_read`` counts what was
+read). Covered coarse cells are not stored; reads rebuild them by averaging the finer level
+down (``covered="average"``, the default) or leave them NaN (``covered="nan"``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from amrzip import _core
+from amrzip.amr.boxes import coarsen, intersect, refine
+from amrzip.amr.hierarchy import Box, Hierarchy, Level, box_shape
+from amrzip.store import layout
+from amrzip.store.layout import StoreError
+
+COVERED = ("average", "nan")
+
+
+def snapshots(path) -> list[str]:
+    """The committed snapshots of the store at ``path``, oldest first."""
+    path = Path(path)
+    if not (path / "zarr.json").exists():
+        raise StoreError(f"{path}: not an amrzip store (no zarr.json)")
+    doc = layout.read_json(path / "zarr.json")
+    meta = doc.get("attributes", {}).get("amrzip") if isinstance(doc.get("attributes"), dict) else None
+    if not isinstance(meta, dict) or meta.get("store_version") != layout.STORE_VERSION:
+        raise StoreError(f"{path / 'zarr.json'}: not an amrzip store of version {layout.STORE_VERSION}")
+    names = meta.get("snapshots")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise StoreError(f"{path / 'zarr.json'}: bad snapshot list")
+    return names
+
+
+def open_store(path, snapshot: Optional[str] = None) -> "Dataset":
+    """Opens snapshot ``snapshot`` of the store at ``path`` (default: the latest committed)."""
+    path = Path(path)
+    names = snapshots(path)
+    if not names:
+        raise StoreError(f"{path}: the store holds no committed snapshot")
+    name = names[-1] if snapshot is None else snapshot
+    if name not in names:
+        raise KeyError(f"{path}: no snapshot {name!r} (snapshots: {', '.join(names)})")
+    return Dataset(path / name)
+
+
+def _check_region(region, dim: int, where: str) -> Box:
+    try:
+        lo, hi = (tuple(int(v) for v in c) for c in region)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: region must be (lo, hi), two sequences of {dim} integers, got {region!r}") from None
+    if len(lo) != dim or len(hi) != dim or any(h < l for l, h in zip(lo, hi)):
+        raise ValueError(f"{where}: region {region!r} is not a non-empty {dim}-dimensional box")
+    return lo, hi
+
+
+class FieldView:
+    """One field on one level: its boxes as arrays (``view[i]``, ``view.box(i)``)."""
+
+    def __init__(self, ds: "Dataset", level: int, field: str):
+        self._ds, self.level, self.name = ds, level, field
+
+    @property
+    def boxes(self) -> list[Box]:
+        return self._ds.level(self.level).boxes
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    def box(self, i: int, covered: str = "average") -> np.ndarray:
+        if not 0 <= i < len(self.boxes):
+            raise IndexError(f"box {i} out of range: level {self.level} has {len(self.boxes)} boxes")
+        return self._ds.read(self.name, region=self.boxes[i], level=self.level, covered=covered)
+
+    __getitem__ = box
+
+    def __iter__(self):
+        return (self.box(i) for i in range(len(self)))
+
+
+class LevelView:
+    """One level's geometry and fields."""
+
+    def __init__(self, ds: "Dataset", L: int, meta: dict):
+        self._ds, self.index = ds, L
+        self.boxes: list[Box] = [(tuple(lo), tuple(hi)) for lo, hi in meta["boxes"]]
+        self.ref_ratios = tuple(meta["ref_ratio"])
+        self.dx = tuple(meta["dx"])
+        self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
+        self.owners = list(meta["owners"])
+        self.unit = meta["unit"]
+        self.chunk = tuple(meta["chunk"])
+
+    @property
+    def ref_ratio(self):
+        r = self.ref_ratios
+        return r[0] if all(v == r[0] for v in r) else r
+
+    @property
+    def num_boxes(self) -> int:
+        return len(self.boxes)
+
+    def field(self, name: str) -> FieldView:
+        if name not in self._ds.fields:
+            raise KeyError(f"no field {name!r} (fields: {', '.join(self._ds.fields)})")
+        return FieldView(self._ds, self.index, name)
+
+
+class Dataset:
+    """A snapshot of the store, opened for reading."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        doc = layout.read_json(self.path / "zarr.json")
+        attrs = doc.get("attributes")
+        self.meta = layout.validate_snapshot(attrs.get("amrzip") if isinstance(attrs, dict) else None, self.path / "zarr.json")
+        self.fields: list[str] = list(self.meta["fields"])
+        self.dim: int = self.meta["dim"]
+        self._levels = [LevelView(self, L, m) for L, m in enumerate(self.meta["levels"])]
+        self._arrays: dict = {}
+        self.bytes_read = 0
+
+    def __repr__(self) -> str:
+        return f"<amrzip Dataset {self.path}: {self.num_levels} levels, fields {', '.join(self.fields)}>"
+
+    @property
+    def num_levels(self) -> int:
+        return len(self._levels)
+
+    @property
+    def time(self) -> float:
+        return self.meta["time"]
+
+    @property
+    def step(self) -> int:
+        return self.meta["step"]
+
+    @property
+    def bounds(self) -> dict:
+        """Per field: the bound as given (mode, value) and the absolute bound every stored cell keeps."""
+        return self.meta["bounds"]
+
+    def level(self, L: int) -> LevelView:
+        if not 0 <= L < len(self._levels):
+            raise IndexError(f"level {L} out of range: the snapshot has {len(self._levels)} levels")
+        return self._levels[L]
+
+    def array_info(self, L: int, field: str) -> dict:
+        """The (level, field) array's codec configuration and statistics (sizes, blocks)."""
+        return self._array(L, field)
+
+    def _array(self, L: int, field: str) -> dict:
+        key = (L, field)
+        if key not in self._arrays:
+            lev = self.level(L)
+            if field not in self.fields:
+                raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})")
+            where = self.path / f"level_{L}" / layout.field_dir(field) / "zarr.json"
+            self.bytes_read += where.stat().st_size if where.exists() else 0
+            doc = layout.read_json(where)
+            cfg = layout.validate_codec(doc, where, self.dim, lev.unit, lev.chunk)
+            stats = doc.get("attributes", {}).get("amrzip", {})
+            self._arrays[key] = {
+                "dir": where.parent,
+                "dtype": doc["data_type"],
+                "origin": list(cfg["origin"]),
+                "codebooks": [layout.decode_bytes(b, where) for b in cfg["codebooks"]],
+                "predictor": cfg.get("predictor"),
+                "abs_bound": cfg.get("abs_bound"),
+                "stats": stats if isinstance(stats, dict) else {},
+            }
+        return self._arrays[key]
+
+    def _stored(self, L: int, field: str, region: Box) -> np.ndarray:
+        """The stored cells of ``region`` (C order, indexed [i, j, k]); NaN where nothing is stored."""
+        a = self._array(L, field)
+        lev = self.level(L)
+        origin, chunk = a["origin"], lev.chunk
+        ranges = [range((region[0][d] - origin[d]) // chunk[d], (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
+        chunks = []
+        for index in itertools.product(*ranges):
+            if any(i < 0 for i in index):
+                continue
+            f = a["dir"] / layout.chunk_key(index)
+            if f.exists():
+                data = f.read_bytes()
+                self.bytes_read += len(data)
+                chunks.append((list(index), data))
+        try:
+            return _core.decode_region(chunks, a["codebooks"], origin, [lev.unit] * self.dim, list(chunk), list(region[0]), list(region[1]), a["dtype"])
+        except ValueError as e:
+            raise type(e)(f"{a['dir']}: {e}") from None
+
+    def read(self, field: str, region=None, level: int = 0, covered: str = "average") -> np.ndarray:
+        """Field ``field`` of level ``level`` over ``region`` ((lo, hi) inclusive, level index
+        space; default the level's domain), indexed [i, j, k]. Cells outside every box are NaN;
+        covered cells are rebuilt from the finer levels (``covered="average"``) or NaN."""
+        if covered not in COVERED:
+            raise ValueError(f"covered must be one of {COVERED}, got {covered!r}")
+        lev = self.level(level)
+        region = lev.domain if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
+        out = self._stored(level, field, region)
+        if covered == "average" and level + 1 < self.num_levels:
+            ratio = lev.ref_ratios
+            for fbox in self.level(level + 1).boxes:
+                piece = intersect(coarsen(fbox, ratio), region)
+                if piece is None:
+                    continue
+                fine = self.read(field, refine(piece, ratio), level + 1, covered)
+                sl = tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))
+                out[sl] = average_down(fine, ratio).astype(out.dtype)
+        return out
+
+    def to_hierarchy(self) -> Hierarchy:
+        """The whole snapshot as a Hierarchy (box arrays decoded when first asked for)."""
+        h_levels = []
+        for L, lev in enumerate(self._levels):
+            loader = lambda f, i, L=L: self.read(f, self._levels[L].boxes[i], L)
+            h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields), loader))
+        m = self.meta
+        attrs = dict(m.get("source") or {})
+        return Hierarchy(list(self.fields), h_levels, tuple(m["prob_lo"]), tuple(m["prob_hi"]), m.get("coord_sys", 0), m["time"], m["step"], attrs)
+
+    def to_uniform(self, field: str, level: Optional[int] = None) -> np.ndarray:
+        """A uniform array over level ``level``'s domain (default: the finest): coarser levels
+        upsampled (piecewise constant) where no finer data exists, finer levels averaged down."""
+        level = self.num_levels - 1 if level is None else level
+        top = self.level(level)
+        out = np.full(box_shape(top.domain), np.nan, dtype=self._array(level, field)["dtype"])
+        for L in range(level + 1):
+            ratio = [1] * self.dim
+            for k in range(L, level):
+                ratio = [r * q for r, q in zip(ratio, self.level(k).ref_ratios)]
+            covered = "average" if L == level else "nan"
+            for box in self.level(L).boxes:
+                data = self.read(field, box, L, covered)
+                for d, r in enumerate(ratio):
+                    if r > 1:
+                        data = np.repeat(data, r, axis=d)
+                lo = [l * r - t for l, r, t in zip(box[0], ratio, top.domain[0])]
+                sl = tuple(slice(a, a + n) for a, n in zip(lo, data.shape))
+                keep = ~np.isnan(data)
+                out[sl][keep] = data[keep]
+        return out
+
+
+def average_down(fine: np.ndarray, ratio) -> np.ndarray:
+    """The mean of each ``ratio`` block of ``fine`` (volume average on a Cartesian grid)."""
+    shape = []
+    for n, r in zip(fine.shape, ratio):
+        shape += [n // r, r]
+    return fine.reshape(shape).mean(axis=tuple(range(1, 2 * fine.ndim, 2)), dtype=np.float64)

@@ -1,0 +1,284 @@
+"""Writes a hierarchy as a snapshot of the store, AMRIC-style: covered coarse cells are left
+out, each (level, field) is cut into unit blocks that are predicted one by one and coded with
+one shared codebook, fields are compressed on their own with their own bound.
+
+A snapshot is written into a hidden folder beside the others, renamed into place when complete,
+and only then listed in the store's root metadata: an interrupted write leaves a store whose
+committed snapshots are intact and that does not list the unfinished one.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+import numbers
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from amrzip import _core
+from amrzip.amr.hierarchy import Hierarchy, box_shape
+from amrzip.store import layout
+
+abs_ = builtins.abs
+
+
+def _bound_of(spec, where: str) -> tuple[str, float]:
+    if isinstance(spec, dict) and len(spec) == 1:
+        ((mode, value),) = spec.items()
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+        mode, value = spec
+    else:
+        raise ValueError(f"{where}: give a bound as {{'rel': value}} or {{'abs': value}}, got {spec!r}")
+    if mode not in ("rel", "abs"):
+        raise ValueError(f"{where}: bound mode must be 'rel' or 'abs', got {mode!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: {mode}= must be a finite number >= 0, got {value!r}")
+    return mode, float(value)
+
+
+def field_bounds(fields, rel=None, abs=None, bounds=None) -> dict:
+    """(mode, value) per field from ``rel=``/``abs=`` (all fields) and ``bounds=`` (per field)."""
+    if rel is not None and abs is not None:
+        raise ValueError("give rel= or abs=, not both")
+    default = None if rel is None and abs is None else _bound_of({"rel": rel} if rel is not None else {"abs": abs}, "bound")
+    bounds = dict(bounds or {})
+    unknown = set(bounds) - set(fields)
+    if unknown:
+        raise ValueError(f"bounds= names fields the hierarchy does not have: {', '.join(sorted(unknown))}")
+    out = {}
+    for f in fields:
+        if f in bounds:
+            out[f] = _bound_of(bounds[f], f"bounds[{f!r}]")
+        elif default is not None:
+            out[f] = default
+        else:
+            raise ValueError(f"no error bound for field {f!r}: give rel=, abs= or bounds={{{f!r}: ...}}")
+    return out
+
+
+def _native(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The box array as `dtype` in native byte order, C- or Fortran-contiguous (no copy when it is already)."""
+    a = np.asarray(a)
+    if a.dtype != dtype:
+        a = a.astype(dtype)
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        a = np.ascontiguousarray(a)
+    return a
+
+
+def stored_masks(h: Hierarchy) -> list[list[Optional[np.ndarray]]]:
+    """Per level and box: the cells to store (not covered by the next level), None when all are."""
+    masks = []
+    for L, lev in enumerate(h.levels):
+        per_box = []
+        for i in range(lev.num_boxes):
+            covered = h.covered_mask(L, i) if L + 1 < h.num_levels else None
+            per_box.append(None if covered is None or not covered.any() else ~covered)
+        masks.append(per_box)
+    return masks
+
+
+def _leaf_range(h: Hierarchy, field: str, masks) -> tuple[float, float]:
+    lo, hi = math.inf, -math.inf
+    for L, lev in enumerate(h.levels):
+        for i in range(lev.num_boxes):
+            a = lev.box_data(field, i)
+            if masks[L][i] is not None:
+                a = a[masks[L][i]]
+            a = a[np.isfinite(a)]
+            if a.size:
+                lo, hi = min(lo, float(a.min())), max(hi, float(a.max()))
+    return lo, hi
+
+
+def _absolute(mode: str, value: float, h: Hierarchy, field: str, masks) -> float:
+    if mode == "abs":
+        return value
+    lo, hi = _leaf_range(h, field, masks)
+    # Like the array codec: a hair under the exact product, so float rounding cannot exceed it.
+    return 0.0 if lo > hi else value * (hi - lo) * (1 - 4 * np.finfo(np.float64).eps)
+
+
+def _level_unit(h: Hierarchy, L: int, unit) -> int:
+    lev = h.level(L)
+    if unit is not None:
+        if isinstance(unit, bool) or not isinstance(unit, numbers.Integral) or not 2 <= unit <= 256:
+            raise ValueError(f"unit= must be an integer from 2 to 256, got {unit!r}")
+        return int(unit)
+    return layout.detect_unit(lev.boxes, lev.domain[0], h.dim)
+
+
+def _level_chunk(unit: int, dim: int, chunk) -> list[int]:
+    if chunk is None:
+        return [layout.default_chunk(unit, dim)] * dim
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        raise ValueError(f"chunk= must be a positive integer (cells per side), got {chunk!r}")
+    return [-(-int(chunk) // unit) * unit] * dim
+
+
+def _snapshot_meta(h: Hierarchy, units, chunks, bounds, ebs, dtypes) -> dict:
+    levels = []
+    for L, lev in enumerate(h.levels):
+        levels.append(
+            {
+                "boxes": [[list(lo), list(hi)] for lo, hi in lev.boxes],
+                "owners": [int(o) for o in lev.owners],
+                "ref_ratio": [int(r) for r in lev.ref_ratios] if L + 1 < h.num_levels else [1] * h.dim,
+                "dx": [float(x) for x in lev.dx],
+                "domain": [list(lev.domain[0]), list(lev.domain[1])],
+                "unit": units[L],
+                "chunk": chunks[L],
+            }
+        )
+    attrs = json.loads(json.dumps(h.attrs, default=str))  # whatever JSON can keep of the reader's extras
+    return {
+        "version": layout.SNAPSHOT_VERSION,
+        "dim": h.dim,
+        "fields": list(h.fields),
+        "dtypes": {f: dtypes[f] for f in h.fields},
+        "prob_lo": list(h.prob_lo),
+        "prob_hi": list(h.prob_hi),
+        "coord_sys": int(h.coord_sys),
+        "time": float(h.time),
+        "step": int(h.step),
+        "levels": levels,
+        "bounds": {f: {"mode": bounds[f][0], "value": bounds[f][1], "abs": ebs[f]} for f in h.fields},
+        "covered_cells": "average-down",
+        "source": attrs,
+    }
+
+
+def _open_or_create_root(path: Path) -> dict:
+    root = path / "zarr.json"
+    if root.exists():
+        doc = layout.read_json(root)
+        meta = doc.get("attributes", {}).get("amrzip")
+        if not isinstance(meta, dict) or meta.get("store_version") != layout.STORE_VERSION:
+            raise layout.StoreError(f"{root}: not an amrzip store of version {layout.STORE_VERSION}")
+        return doc
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"{path} exists and is not an amrzip store")
+    path.mkdir(parents=True, exist_ok=True)
+    doc = layout.group_doc({"amrzip": {"store_version": layout.STORE_VERSION, "snapshots": []}})
+    layout.write_json_atomic(root, doc)
+    return doc
+
+
+def write(
+    h: Hierarchy,
+    path,
+    *,
+    rel=None,
+    abs=None,
+    bounds=None,
+    snapshot: Optional[str] = None,
+    mode: str = "ratio",
+    unit=None,
+    chunk=None,
+    threads=None,
+    predictor=None,
+    sle: bool = True,
+    adaptive_block: bool = True,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """Compresses hierarchy ``h`` into the store at ``path`` as snapshot ``snapshot`` (default
+    ``step_<step>``); returns a summary with sizes per level and field.
+
+    Bounds: ``rel=`` (a fraction of each field's value range over the cells stored, i.e. those
+    no finer level covers) or ``abs=`` for every field, and/or ``bounds={field: {"rel": v} |
+    {"abs": v}}`` per field. Every stored cell comes back within its field's bound; covered
+    cells are not stored and are rebuilt on read by averaging the finer level down. ``unit``
+    is the unit block edge (default: the blocking factor the boxes honour), ``chunk`` the
+    chunk edge in cells. ``sle``/``adaptive_block`` switch off shared lossless encoding (one
+    codebook per chunk) and AMRIC's regression block rule, for comparison.
+    """
+    if not isinstance(h, Hierarchy):
+        raise TypeError(f"write() takes an amrzip.amr.Hierarchy, got {type(h).__name__}")
+    if mode not in ("ratio", "speed"):
+        raise ValueError(f"mode must be 'ratio' or 'speed', got {mode!r}")
+    per_field = field_bounds(h.fields, rel=rel, abs=abs, bounds=bounds)
+    name = layout.check_snapshot_name(snapshot if snapshot is not None else f"step_{h.step:06d}")
+    path = Path(path)
+    root_doc = _open_or_create_root(path)
+    committed = root_doc["attributes"]["amrzip"]["snapshots"]
+    if name in committed or (path / name).exists():
+        raise FileExistsError(f"{path / name}: snapshot {name!r} already exists (snapshots are never overwritten)")
+    say = progress or (lambda _msg: None)
+
+    masks = stored_masks(h)
+    dtypes = {f: np.dtype(h.dtype(f)).newbyteorder("=") for f in h.fields}
+    for f, dt in dtypes.items():
+        if dt not in (np.float32, np.float64):
+            raise ValueError(f"field {f!r} is {dt}: the store keeps float32 and float64 fields")
+    ebs = {f: _absolute(*per_field[f], h, f, masks) for f in h.fields}
+    units = [_level_unit(h, L, unit) for L in range(h.num_levels)]
+    chunks = [_level_chunk(units[L], h.dim, chunk) for L in range(h.num_levels)]
+
+    tmp = path / f".writing-{name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    summary = {"snapshot": name, "levels": [], "original_bytes": 0, "stored_bytes": 0}
+    try:
+        for L, lev in enumerate(h.levels):
+            level_dir = tmp / f"level_{L}"
+            level_dir.mkdir()
+            layout.write_json_atomic(level_dir / "zarr.json", layout.group_doc({}))
+            shape = box_shape(lev.domain)
+            level_summary = {"level": L, "fields": {}}
+            for f in h.fields:
+                say(f"level {L} field {f}")
+                dt = dtypes[f]
+                boxes = [(list(lo), list(hi), _native(lev.box_data(f, i), dt), masks[L][i]) for i, (lo, hi) in enumerate(lev.boxes)]
+                original = sum(a.size for _, _, a, _ in boxes) * dt.itemsize
+                result = _core.compress_level(
+                    boxes, list(lev.domain[0]), [units[L]] * h.dim, chunks[L], ebs[f], mode,
+                    threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle,
+                )
+                array_dir = level_dir / layout.field_dir(f)
+                array_dir.mkdir()
+                stored = 0
+                for index, data in result["chunks"]:
+                    target = array_dir / layout.chunk_key(index)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(data)
+                    stored += len(data)
+                codec = {
+                    "unit": [units[L]] * h.dim,
+                    "origin": list(lev.domain[0]),
+                    "abs_bound": ebs[f],
+                    "predictor": result["predictor"],
+                    "codebooks": [layout.encode_bytes(b) for b in result["codebooks"]],
+                }
+                stats = {
+                    "stored_cells": result["stored_cells"],
+                    "blocks": result["blocks"],
+                    "partial_blocks": result["partial_blocks"],
+                    "chunks": len(result["chunks"]),
+                    "original_bytes": original,
+                    "stored_bytes": stored + sum(len(b) for b in result["codebooks"]),
+                }
+                doc = layout.array_doc(shape, chunks[L], dt.name, codec, {"amrzip": stats})
+                layout.write_json_atomic(array_dir / "zarr.json", doc)
+                level_summary["fields"][f] = stats
+                summary["original_bytes"] += original
+                summary["stored_bytes"] += stats["stored_bytes"]
+            summary["levels"].append(level_summary)
+        meta = _snapshot_meta(h, units, chunks, per_field, ebs, {f: dtypes[f].name for f in h.fields})
+        layout.validate_snapshot(meta, tmp)
+        layout.write_json_atomic(tmp / "zarr.json", layout.group_doc({"amrzip": meta}))
+        os.rename(tmp, path / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    # Commit: the snapshot exists only once the root lists it. Re-read the root so that a
+    # snapshot committed by another writer meanwhile stays listed.
+    root_doc = _open_or_create_root(path)
+    root_doc["attributes"]["amrzip"]["snapshots"].append(name)
+    layout.write_json_atomic(path / "zarr.json", root_doc)
+    summary["ratio"] = summary["original_bytes"] / max(summary["stored_bytes"], 1)
+    return summary
