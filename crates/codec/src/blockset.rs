@@ -5,8 +5,7 @@
 //!
 //! A block may be partial: its mask says which cells are stored. The others are "don't care":
 //! they take the zero-residual code and rebuild as their prediction, so they cost almost
-//! nothing and never touch the bound of the stored cells. Blocks with a mask use Lorenzo or
-//! interpolation, whose walks handle such cells (regression would fit its model to them).
+//! nothing and never touch the bound of the stored cells.
 //!
 //! Layout (integers little-endian):
 //! ```text
@@ -32,6 +31,7 @@ use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
 use crate::{Config, Preset};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 const MAGIC: &[u8; 4] = b"AMRB";
 const VERSION: u8 = 1;
@@ -110,10 +110,12 @@ impl BlockSetEncoder {
             return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
         }
         let q = Quantizer::new(eb, DEFAULT_RADIUS);
-        let full: Vec<&&Block<T>> = sample.iter().filter(|b| b.mask.is_none() && b.values.len() == unit.iter().product()).collect();
-        let step = full.len().div_ceil(SAMPLE_BLOCKS).max(1);
-        let samples: Vec<(Vec<T>, Vec<usize>)> =
-            full.iter().step_by(step).map(|b| (nonfinite::fill(&b.values).0.into_owned(), unit.to_vec())).collect();
+        let n = unit.iter().product::<usize>();
+        // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
+        let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) = sample.iter().filter(|b| b.values.len() == n).partition(|b| b.mask.is_none());
+        let pool: Vec<&&Block<T>> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
+        let step = pool.len().div_ceil(SAMPLE_BLOCKS).max(1);
+        let samples: Vec<(Vec<T>, Vec<usize>)> = pool.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
         let edge = *unit.iter().max().unwrap_or(&1);
         let predictor = if samples.is_empty() {
             Predictor::Lorenzo
@@ -147,23 +149,40 @@ impl BlockSetEncoder {
     }
 
     fn predict_block<T: Element>(&self, b: &Block<T>) -> PredictedBlock<T> {
-        let (filled, patches) = match &b.mask {
-            None => nonfinite::fill(&b.values),
-            Some(mask) => {
-                // Only stored cells count: a don't-care NaN is not patched.
-                let stored: Vec<T> = b.values.iter().zip(mask).map(|(&x, &m)| if m { x } else { T::default() }).collect();
-                let (filled, patches) = nonfinite::fill(&stored);
-                let nan = T::from_f64(f64::NAN);
-                let marked: Vec<T> = filled.iter().zip(mask).map(|(&x, &m)| if m { x } else { nan }).collect();
-                (std::borrow::Cow::Owned(marked), patches)
-            }
-        };
+        let (values, patches) = marked(b);
+        // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
         let p = match (b.mask.is_some(), self.predictor) {
-            (true, Predictor::Regression { .. } | Predictor::DualQuant) => Predictor::Lorenzo,
+            (true, Predictor::DualQuant) => Predictor::Lorenzo,
             (_, p) => p,
         };
-        let coded = predictor::encode(&p, &filled, &self.unit, &self.q);
+        let mut coded = predictor::encode(&p, &values, &self.unit, &self.q);
+        // Absent cells are not coded at all: the decoder knows where they fall in the walk.
+        if !coded.absent.is_empty() {
+            let mut absent = coded.absent.iter().peekable();
+            let mut k = 0;
+            coded.symbols.retain(|_| {
+                let keep = absent.next_if_eq(&&k).is_none();
+                k += 1;
+                keep
+            });
+        }
         PredictedBlock { position: b.position, kind: p.kind(), mask: b.mask.clone(), patches, coded }
+    }
+}
+
+/// The block's values ready for a predictor: non-finite stored values patched out (and
+/// listed), absent cells set to NaN, which the predictors' walks treat as "don't care"
+/// (regression fits no model to a sub-block holding one and predicts it by Lorenzo).
+fn marked<T: Element>(b: &Block<T>) -> (Cow<'_, [T]>, Vec<(usize, T)>) {
+    match &b.mask {
+        None => nonfinite::fill(&b.values),
+        Some(mask) => {
+            // Only stored cells count: an absent NaN is not patched.
+            let stored: Vec<T> = b.values.iter().zip(mask).map(|(&x, &m)| if m { x } else { T::default() }).collect();
+            let (filled, patches) = nonfinite::fill(&stored);
+            let nan = T::from_f64(f64::NAN);
+            (Cow::Owned(filled.iter().zip(mask).map(|(&x, &m)| if m { x } else { nan }).collect()), patches)
+        }
     }
 }
 
@@ -342,22 +361,57 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, max_position:
         let parts = read_parts::<T>(&mut r, n)?;
         heads.push((position, kind, mask, parts));
     }
-    let total = n.checked_mul(info.blocks).ok_or_else(|| corrupt!("block set too large"))?;
-    let symbols = read_segments(&mut r, total, &codebook.0)?;
+    // A block codes one symbol per stored cell.
+    let counts: Vec<usize> = heads.iter().map(|(_, _, mask, _)| mask.as_ref().map_or(n, |m| m.iter().filter(|&&v| v).count())).collect();
+    let total = counts.iter().sum();
     if codebook.0.symbol_limit() > q.alphabet() {
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
+    let symbols = read_segments(&mut r, total, &codebook.0)?;
+    let mut starts = Vec::with_capacity(counts.len());
+    counts.iter().fold(0, |acc, &c| {
+        starts.push(acc);
+        acc + c
+    });
     heads
         .into_par_iter()
-        .zip(symbols.par_chunks(n.max(1)))
-        .map(|((position, kind, mask, parts), syms)| {
-            let mut values = predictor::decode(kind, &info.unit, &q, syms, &parts.exact, parts.side)?;
+        .zip(starts.into_par_iter().zip(counts))
+        .map(|((position, kind, mask, parts), (start, count))| {
+            let coded = &symbols[start..start + count];
+            let syms = match &mask {
+                None => std::borrow::Cow::Borrowed(coded),
+                Some(mask) => std::borrow::Cow::Owned(with_absent(kind, parts.side, mask, &info.unit, &q, coded)?),
+            };
+            let mut values = predictor::decode(kind, &info.unit, &q, &syms, &parts.exact, parts.side)?;
             for (i, x) in parts.patches {
                 values[i] = x;
             }
             Ok(Block { position, values, mask })
         })
         .collect()
+}
+
+/// A partial block's symbols with the zero-residual code put back at its absent cells, which
+/// the encoder dropped: their places in the walk come from walking a stand-in block with the
+/// same absent cells.
+fn with_absent(kind: PredictorKind, side: &[u8], mask: &[bool], unit: &[usize], q: &Quantizer, coded: &[u16]) -> Result<Vec<u16>> {
+    if kind == PredictorKind::DualQuant {
+        return Err(corrupt!("a partial block cannot use dual quantization"));
+    }
+    let p = predictor::from_side(kind, side)?;
+    let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
+    let absent = predictor::encode(&p, &stand_in, unit, q).absent;
+    let mut full = Vec::with_capacity(mask.len());
+    let mut next = coded.iter();
+    let mut absent = absent.iter().peekable();
+    for k in 0..mask.len() {
+        if absent.next_if_eq(&&k).is_some() {
+            full.push(q.zero_symbol());
+        } else {
+            full.push(*next.next().ok_or_else(|| corrupt!("partial block has fewer symbols than stored cells"))?);
+        }
+    }
+    Ok(full)
 }
 
 #[cfg(test)]

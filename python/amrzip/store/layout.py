@@ -95,7 +95,7 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     """Writes ``doc`` to ``path`` so that a reader sees the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, allow_nan=True)
+        json.dump(doc, f, separators=(",", ":"), allow_nan=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

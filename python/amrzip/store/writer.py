@@ -67,8 +67,9 @@ def _native(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype != dtype:
         a = a.astype(dtype)
-    if not (a.flags.c_contiguous or a.flags.f_contiguous):
-        a = np.ascontiguousarray(a)
+    # Memory maps of files with text headers can start at any byte: the core needs aligned values.
+    if not (a.flags.aligned and (a.flags.c_contiguous or a.flags.f_contiguous)):
+        a = np.array(a, order="K" if a.flags.f_contiguous else "C")
     return a
 
 
@@ -220,6 +221,9 @@ def write(
     units = [_level_unit(h, L, unit) for L in range(h.num_levels)]
     chunks = [_level_chunk(units[L], h.dim, chunk) for L in range(h.num_levels)]
 
+    meta = _snapshot_meta(h, units, chunks, per_field, ebs, {f: dtypes[f].name for f in h.fields})
+    layout.validate_snapshot(meta, f"hierarchy to write as {path / name}")
+
     tmp = path / f".writing-{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     summary = {"snapshot": name, "levels": [], "original_bytes": 0, "stored_bytes": 0}
@@ -268,8 +272,6 @@ def write(
                 summary["original_bytes"] += original
                 summary["stored_bytes"] += stats["stored_bytes"]
             summary["levels"].append(level_summary)
-        meta = _snapshot_meta(h, units, chunks, per_field, ebs, {f: dtypes[f].name for f in h.fields})
-        layout.validate_snapshot(meta, tmp)
         layout.write_json_atomic(tmp / "zarr.json", layout.group_doc({"amrzip": meta}))
         os.rename(tmp, path / name)
     except BaseException:

@@ -143,7 +143,7 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T
     let mut side = Vec::new();
     write_outliers(&mut side, &outliers);
     write_overlay(&mut side, &exact);
-    Coded { symbols, exact: exact.into_iter().map(|(_, x)| x).collect(), side }
+    Coded { symbols, exact: exact.into_iter().map(|(_, x)| x).collect(), side, absent: Vec::new() }
 }
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {

@@ -351,32 +351,36 @@ struct Walk<'a> {
 /// Encodes the chunk. Each pass's rows are spread over the thread pool in fixed groups, each
 /// quantizing straight into its part of the symbol array; the exact values are concatenated in
 /// group order, so the stream does not depend on the number of threads.
-fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>) {
+fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec<usize>) {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let st = strides(shape);
     let mut symbols = vec![0u16; buf.len()];
     let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
     buf[0] = v.visit(buf[0], 0.0);
-    let mut exact = v.exact;
+    let (mut exact, mut absent) = (v.exact, v.absent);
     let buf = SharedBuf::new(buf);
     let mut pos = 1;
     for pass in passes(shape, order) {
         let count = pass.rows.len() * pass.row_len();
         let lq = bounds.quantizer(q, pass.level);
-        let groups: Vec<Vec<T>> = pass
+        let group_points = pass.group_rows() * pass.row_len();
+        let groups: Vec<(Vec<T>, Vec<usize>)> = pass
             .rows
             .par_chunks(pass.group_rows())
-            .zip(symbols[pos..pos + count].par_chunks_mut(pass.group_rows() * pass.row_len()))
+            .zip(symbols[pos..pos + count].par_chunks_mut(group_points))
             .map(|(rows, syms)| {
                 let mut v = EncodeVisitor::new(&lq, syms);
                 visit_rows(&buf, &pass, rows, shape, &st, spline, &mut v);
-                v.exact
+                (v.exact, v.absent)
             })
             .collect();
-        exact.extend(groups.into_iter().flatten());
+        for (g, (e, a)) in groups.into_iter().enumerate() {
+            exact.extend(e);
+            absent.extend(a.into_iter().map(|i| pos + g * group_points + i));
+        }
         pos += count;
     }
-    (symbols, exact)
+    (symbols, exact, absent)
 }
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
@@ -418,12 +422,13 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], exact: &
 pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, spline: Spline, order: DimOrder, bounds: LevelBounds) -> Coded<T> {
     let mut work = vec![T::default(); data.len()];
     work.par_chunks_mut(GROUP_POINTS).zip(data.par_chunks(GROUP_POINTS)).for_each(|(w, d)| w.copy_from_slice(d));
-    let (symbols, exact) = encode_walk(&mut work, &Walk { shape, spline, order, q, bounds });
+    let (symbols, exact, absent) = encode_walk(&mut work, &Walk { shape, spline, order, q, bounds });
     let side = vec![spline as u8, order as u8, bounds.0];
-    Coded { symbols, exact, side }
+    Coded { symbols, exact, side, absent }
 }
 
-pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+/// The spline, dimension order and level tuning recorded in the side information.
+pub fn settings(side: &[u8]) -> Result<(Spline, DimOrder, LevelBounds)> {
     let mut r = ByteReader::new(side);
     let spline = match r.u8("interpolation spline")? {
         0 => Spline::Linear,
@@ -440,6 +445,11 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after interpolation parameters", r.remaining()));
     }
+    Ok((spline, order, bounds))
+}
+
+pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+    let (spline, order, bounds) = settings(side)?;
     let mut work = vec![T::default(); shape.iter().product()];
     decode_walk(&mut work, &Walk { shape, spline, order, q, bounds }, symbols, exact)?;
     Ok(work)

@@ -144,8 +144,8 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T
     let mut symbols = vec![0u16; data.len()];
     let mut v = EncodeVisitor::new(q, &mut symbols);
     walk(&mut p, &mut v);
-    let exact = v.exact;
-    Coded { symbols, exact, side: Vec::new() }
+    let (exact, absent) = (v.exact, v.absent);
+    Coded { symbols, exact, side: Vec::new(), absent }
 }
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {

@@ -72,6 +72,8 @@ pub struct Coded<T> {
     pub symbols: Vec<u16>,
     pub exact: Vec<T>,
     pub side: Vec<u8>,
+    /// Positions in `symbols` (visiting order, ascending) of the "don't care" cells.
+    pub absent: Vec<usize>,
 }
 
 /// Encoder and decoder share each predictor's walk through this: given the value at the point
@@ -86,11 +88,13 @@ pub struct EncodeVisitor<'a, T> {
     symbols: &'a mut [u16],
     pos: usize,
     pub exact: Vec<T>,
+    /// Positions (in this visitor's `symbols`) of the "don't care" cells met.
+    pub absent: Vec<usize>,
 }
 
 impl<'a, T: Element> EncodeVisitor<'a, T> {
     pub fn new(q: &Quantizer, symbols: &'a mut [u16]) -> Self {
-        EncodeVisitor { q: *q, symbols, pos: 0, exact: Vec::new() }
+        EncodeVisitor { q: *q, symbols, pos: 0, exact: Vec::new(), absent: Vec::new() }
     }
 }
 
@@ -101,6 +105,7 @@ impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
         // before prediction, see `nonfinite`): it takes the zero-residual code, the cheapest
         // there is, and becomes whatever its prediction is, exactly as the decoder rebuilds it.
         if x.to_f64().is_nan() {
+            self.absent.push(self.pos);
             self.symbols[self.pos] = self.q.zero_symbol();
             self.pos += 1;
             return self.q.recover(self.q.zero_symbol(), pred);
@@ -159,6 +164,20 @@ pub fn encode<T: Element>(p: &Predictor, data: &[T], shape: &[usize], q: &Quanti
         Predictor::Interpolation { spline, order, bounds } => interpolation::encode(data, shape, q, spline, order, bounds),
         Predictor::DualQuant => dual_quant::encode(data, shape, q),
     }
+}
+
+/// The predictor (with the settings that fix its visiting order) a chunk was coded with, from
+/// its kind and side information.
+pub fn from_side(kind: PredictorKind, side: &[u8]) -> Result<Predictor> {
+    Ok(match kind {
+        PredictorKind::Lorenzo => Predictor::Lorenzo,
+        PredictorKind::DualQuant => Predictor::DualQuant,
+        PredictorKind::Regression => Predictor::Regression { block: regression::block_of(side)? },
+        PredictorKind::Interpolation => {
+            let (spline, order, bounds) = interpolation::settings(side)?;
+            Predictor::Interpolation { spline, order, bounds }
+        }
+    })
 }
 
 /// Rebuilds one chunk from its symbols, exact values and side information.

@@ -224,17 +224,23 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, block: usi
     let mut side = vec![block as u8];
     side.extend_from_slice(&selection);
     side.extend_from_slice(&coeff_bytes);
-    let exact = v.exact;
-    Coded { symbols, exact, side }
+    let (exact, absent) = (v.exact, v.absent);
+    Coded { symbols, exact, side, absent }
+}
+
+/// The block edge recorded at the front of the side information.
+pub fn block_of(side: &[u8]) -> Result<usize> {
+    let block = *side.first().ok_or_else(|| corrupt!("regression side information is empty"))? as usize;
+    if block < 2 {
+        return Err(corrupt!("regression block edge {block} is below 2"));
+    }
+    Ok(block)
 }
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
     let nd = shape.len();
-    let mut r = ByteReader::new(side);
-    let block = r.u8("regression block edge")? as usize;
-    if block < 2 {
-        return Err(corrupt!("regression block edge {block} is below 2"));
-    }
+    let block = block_of(side)?;
+    let mut r = ByteReader::new(&side[1..]);
     let grids = Grids::new(q.eb(), nd, block);
     let n_blocks = blocks(shape, block).len();
     let selection = r.take(n_blocks.div_ceil(8), "regression block selection")?;

@@ -1,0 +1,556 @@
+"""AMR compression benchmark: whole AMR hierarchies under value-range relative bounds, amrzip's AMR store against
+AMReX's 1-D baseline, per-box 3-D SZ3 and whole-level SZ3, on synthetic (Nyx-like, WarpX-like) and real AMReX data.
+
+    .venv/bin/python benches/amr_bench.py                        # full run (a few minutes), markdown on stdout
+    .venv/bin/python benches/amr_bench.py --quick                 # smoke run: small synthetic hierarchies, one bound
+    .venv/bin/python benches/amr_bench.py --datasets nyx --fields density --bounds 1e-3 --json benches/data/amr.json
+
+Methods, each run per field with the same absolute bound eb = rel * (value range of the field's leaf cells):
+
+  amrex-1d      AMReX's SZ compression of plotfiles: each level's data flattened box by box (x fastest, all cells,
+                covered ones included) and cut into 1-D chunks of 1024 values, each chunk one SZ3 stream.  Fields are
+                kept apart (AMReX interleaves them box by box, which can put two fields in one chunk): this favours the
+                baseline.
+  per-box-sz3   every box on its own as one 2-D/3-D SZ3 stream (all cells).
+  level-sz3     every level embedded in its whole index space, the cells outside its boxes set to the mean of the
+                level's own cells (a constant costs SZ3 almost nothing and, unlike zero, adds no jump larger than the
+                field's own spread at box edges), compressed as one SZ3 array.
+  ours-base     amrzip.write(..., sle=False, adaptive_block=False): the AMR store without its two optimisations.
+  ours          amrzip.write(..., sle=True, adaptive_block=True), read back with amrzip.open(path).to_hierarchy().
+                Both run only when the store API (amrzip.write / amrzip.open) exists.
+
+SZ3 is pysz with SZ3's default predictor (interp + Lorenzo, chosen by sampling; the best of SZ3's predictors on
+1024-value chunks, so also the strongest 1-D baseline), ABS bound mode, one thread.
+
+Metrics: ratio = bytes of the field over ALL cells of all levels as the source stores them (covered cells included, the
+same denominator for every method) / compressed bytes (for the store: every file under its path).  PSNR, max error and
+the volume-weighted mean are taken over leaf cells only (cells no finer level covers), since the store rebuilds covered
+cells instead of storing them.  PSNR's peak is the leaf cells' value range.  Time = compress + decompress seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import amr_metrics as am  # noqa: E402
+from datasets import REAL_DATA_DIR  # noqa: E402
+
+import amrzip  # noqa: E402
+from amrzip.amr import Hierarchy, box_shape, synthetic  # noqa: E402
+
+BOUNDS = [1e-2, 1e-3, 1e-4, 1e-5]
+QUICK_BOUNDS = [1e-3]
+CHUNK = 1024  # values per AMReX HDF5 chunk, each compressed on its own
+
+# name -> (fields benchmarked by default, loader(quick) -> Hierarchy)
+DATASETS: dict[str, tuple[list[str], Callable[[bool], Hierarchy]]] = {}
+
+# the acceptance targets of ours at equal PSNR (geometric mean over the PSNR overlap of the two curves)
+TARGETS = {"amrex-1d": 3.0, "per-box-sz3": 1.2}
+
+
+def _dataset(name: str, fields: list[str]):
+    def register(fn):
+        DATASETS[name] = (fields, fn)
+        return fn
+    return register
+
+
+@_dataset("nyx", ["density", "x_velocity", "temp"])
+def _nyx(quick: bool) -> Hierarchy:
+    return synthetic.small("nyx") if quick else synthetic.nyx_like()
+
+
+@_dataset("warpx", ["Ey", "Ez", "rho"])
+def _warpx(quick: bool) -> Hierarchy:
+    return synthetic.small("warpx") if quick else synthetic.warpx_like()
+
+
+@_dataset("pelelmex_3d", ["temp", "density", "x_velocity"])
+def _pelelmex(quick: bool) -> Hierarchy:
+    return read_amrex(REAL_DATA_DIR / "amrex" / "pelelmex_3d", DATASETS["pelelmex_3d"][0])
+
+
+@_dataset("advection_2d", ["phi"])
+def _advection(quick: bool) -> Hierarchy:
+    return read_amrex(REAL_DATA_DIR / "amrex" / "advection_2d_4levels", DATASETS["advection_2d"][0])
+
+
+# --- reading AMReX plotfiles ----------------------------------------------------------------------------------
+
+
+def one_field(h: Hierarchy, field: str, c_order: bool = False) -> Hierarchy:
+    """A view of ``h`` holding only ``field``: the arrays are shared, or with ``c_order`` C-ordered copies of those
+    that are not (a plotfile's boxes come x fastest, i.e. Fortran-ordered)."""
+    def loader(lev):
+        return (lambda f, i: np.ascontiguousarray(lev.loader(f, i))) if c_order else lev.loader
+
+    levels = [dataclasses.replace(lev, fields=[field], loader=loader(lev)) for lev in h.levels]
+    return dataclasses.replace(h, fields=[field], levels=levels)
+
+
+def read_amrex(path: Path, fields: list[str]) -> Hierarchy:
+    """A plotfile as a Hierarchy: amrzip.read when the package has it, else the benchmarks' box reader (cell-header
+    version 1) plus the geometry from the plotfile Header.  Only ``fields`` are loaded by the fallback."""
+    if hasattr(amrzip, "read"):
+        h = amrzip.read(str(path))
+        h = h.to_hierarchy() if not isinstance(h, Hierarchy) and hasattr(h, "to_hierarchy") else h
+        keep = [f for f in h.fields if f in fields]
+        levels = [dataclasses.replace(lev, fields=keep) for lev in h.levels]
+        return dataclasses.replace(h, fields=keep, levels=levels)
+    from plotfile_boxes import read_plotfile
+
+    lines = (path / "Header").read_text().splitlines()
+    ncomp = int(lines[1])
+    at = 2 + ncomp  # dim, time, finest level, prob_lo, prob_hi, ref ratios, level domains, steps, dx per level, coord
+    finest = int(lines[at + 2])
+    prob_lo = [float(v) for v in lines[at + 3].split()]
+    prob_hi = [float(v) for v in lines[at + 4].split()]
+    ratios = [int(v) for v in lines[at + 5].split()]
+    domains = re.findall(r"\(\([-\d,]+\) \([-\d,]+\) \([-\d,]+\)\)", lines[at + 6])
+    coord_sys = int(lines[at + 9 + finest].split()[0])
+    plot = read_plotfile(path)
+    specs = []
+    for L, lev in enumerate(plot.levels):
+        lo, hi = (tuple(int(v) for v in g.split(",")) for g in re.findall(r"\(([-\d,]+)\)", domains[L])[:2])
+        spec = {"boxes": lev.boxes_lohi, "domain": (lo, hi),
+                # the reader gives (z, y, x) C-ordered arrays; the hierarchy indexes [i, j, k], x first
+                "data": {f: [lev.box(i, f).T for i in range(len(lev.boxes_lohi))] for f in fields}}
+        if L < len(plot.levels) - 1:
+            spec["ref_ratio"] = ratios[L]
+        specs.append(spec)
+    return Hierarchy.from_arrays(specs, prob_lo=prob_lo, prob_hi=prob_hi, coord_sys=coord_sys,
+                                 time=float(lines[at + 1]), attrs={"source": str(path)})
+
+
+# --- methods --------------------------------------------------------------------------------------------------
+# A method is fn(h, field, boxes, eb, rel) -> (compressed bytes, {(level, box): array}, compress s, decompress s,
+# bytes of metadata among the compressed bytes or None).
+
+SZ3_ALGO = "INTERP_LORENZO"
+
+
+def _sz3_conf(eb: float):
+    from pysz import szAlgorithm, szConfig, szErrorBoundMode
+
+    conf = szConfig()
+    conf.errorBoundMode = szErrorBoundMode.ABS
+    conf.absErrorBound = eb
+    conf.cmprAlgo = getattr(szAlgorithm, SZ3_ALGO)
+    conf.openmp = False
+    return conf
+
+
+def _sz3(arr: np.ndarray, conf) -> np.ndarray:
+    from pysz import sz
+
+    blob, _ = sz.compress(np.ascontiguousarray(arr), conf)
+    return blob
+
+
+def _unsz3(blob, dtype, shape) -> np.ndarray:
+    from pysz import sz
+
+    out, _ = sz.decompress(blob, dtype, shape)
+    return out
+
+
+def amrex_1d(h, field, boxes, eb, rel):
+    conf = _sz3_conf(eb)
+    dtype = h.dtype(field)
+    t0 = time.perf_counter()
+    streams = []  # per level: (chunk blobs, total values)
+    for L, lev in enumerate(h.levels):
+        flat = np.concatenate([boxes[(L, i)].ravel(order="F") for i in range(lev.num_boxes)])  # x fastest, as on disk
+        streams.append(([_sz3(flat[s:s + CHUNK], conf) for s in range(0, flat.size, CHUNK)], flat.size))
+    t1 = time.perf_counter()
+    out = {}
+    for L, (blobs, total) in enumerate(streams):
+        flat = np.concatenate([_unsz3(b, dtype, (min(CHUNK, total - k * CHUNK),)) for k, b in enumerate(blobs)])
+        at = 0
+        for i, box in enumerate(h.levels[L].boxes):
+            shape = box_shape(box)
+            n = math.prod(shape)
+            out[(L, i)] = flat[at:at + n].reshape(shape, order="F")
+            at += n
+    t2 = time.perf_counter()
+    return sum(len(b) for blobs, _ in streams for b in blobs), out, t1 - t0, t2 - t1, None
+
+
+def per_box_sz3(h, field, boxes, eb, rel):
+    conf = _sz3_conf(eb)
+    dtype = h.dtype(field)
+    t0 = time.perf_counter()
+    blobs = {key: _sz3(a.T, conf) for key, a in boxes.items()}  # C order with x fastest, as on disk
+    t1 = time.perf_counter()
+    out = {key: _unsz3(b, dtype, boxes[key].shape[::-1]).T for key, b in blobs.items()}
+    t2 = time.perf_counter()
+    return sum(len(b) for b in blobs.values()), out, t1 - t0, t2 - t1, None
+
+
+def level_sz3(h, field, boxes, eb, rel):
+    conf = _sz3_conf(eb)
+    dtype = h.dtype(field)
+
+    def region(box, domain):  # the box inside the level's (z, y, x) array
+        return tuple(slice(l - d, u - d + 1) for l, u, d in zip(box[0][::-1], box[1][::-1], domain[0][::-1]))
+
+    t0 = time.perf_counter()
+    blobs = []
+    for L, lev in enumerate(h.levels):
+        arrays = [boxes[(L, i)] for i in range(lev.num_boxes)]
+        fill = sum(float(a.sum(dtype=np.float64)) for a in arrays) / max(1, sum(a.size for a in arrays))
+        full = np.full(box_shape(lev.domain)[::-1], fill, dtype=dtype)
+        for box, a in zip(lev.boxes, arrays):
+            full[region(box, lev.domain)] = a.T
+        blobs.append(_sz3(full, conf))
+        del full
+    t1 = time.perf_counter()
+    out = {}
+    for L, (lev, blob) in enumerate(zip(h.levels, blobs)):
+        full = _unsz3(blob, dtype, box_shape(lev.domain)[::-1])
+        for i, box in enumerate(lev.boxes):
+            out[(L, i)] = np.array(full[region(box, lev.domain)].T)
+    t2 = time.perf_counter()
+    return sum(len(b) for b in blobs), out, t1 - t0, t2 - t1, None
+
+
+def _tree_bytes(path: Path) -> tuple[int, int]:
+    """(bytes of every file under path, of which the zarr.json metadata documents)."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), sum(p.stat().st_size for p in files if p.name == "zarr.json")
+
+
+def store(sle: bool, adaptive_block: bool):
+    """amrzip's AMR store: write one field's hierarchy, open it, rebuild the hierarchy, decode every box."""
+
+    def run(h, field, boxes, eb, rel):
+        sub = one_field(h, field, c_order=True)  # the store's writer takes C-ordered box arrays only, for now
+        tmp = Path(tempfile.mkdtemp(prefix="amr_bench_"))
+        path = tmp / "snapshot.amrz"
+        try:
+            t0 = time.perf_counter()
+            amrzip.write(sub, str(path), rel=rel, sle=sle, adaptive_block=adaptive_block)
+            t1 = time.perf_counter()
+            ds = amrzip.open(str(path))
+            back = ds.to_hierarchy()
+            out = {key: np.array(a) for key, a in am.field_boxes(back, field).items()}  # decode everything now
+            t2 = time.perf_counter()
+            if hasattr(ds, "close"):
+                ds.close()
+            nbytes, meta = _tree_bytes(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if [lev.boxes for lev in back.levels] != [lev.boxes for lev in h.levels]:  # same boxes, maybe reordered
+            where = {(L, b): (L, i) for L, lev in enumerate(back.levels) for i, b in enumerate(lev.boxes)}
+            out = {(L, i): out[where[(L, b)]] for L, lev in enumerate(h.levels) for i, b in enumerate(lev.boxes)}
+        return nbytes, out, t1 - t0, t2 - t1, meta
+
+    return run
+
+
+BASELINES = {"amrex-1d": amrex_1d, "per-box-sz3": per_box_sz3, "level-sz3": level_sz3}
+STORE_METHODS = {"ours-base": store(sle=False, adaptive_block=False), "ours": store(sle=True, adaptive_block=True)}
+
+
+def have_store() -> bool:
+    return hasattr(amrzip, "write") and hasattr(amrzip, "open")
+
+
+# --- measurement ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    dataset: str
+    field: str
+    method: str
+    bound: float  # value-range relative, over the field's leaf cells
+    abs_bound: float
+    orig_bytes: int  # all cells of all levels, as stored by the source
+    compressed_bytes: int = 0
+    ratio: float = float("nan")
+    psnr: float = float("nan")  # over leaf cells, peak = their value range
+    max_err: float = float("nan")  # over leaf cells
+    err_over_bound: float = float("nan")
+    seconds: float = float("nan")  # compress + decompress
+    c_seconds: float = float("nan")
+    d_seconds: float = float("nan")
+    mean_change: float = float("nan")  # |change of the volume-weighted leaf mean| / mean_ref
+    mean_ref: str = "mean"  # "mean": over |mean|; "range": over the leaf value range (the mean is ~0)
+    mean_abs_change: float = float("nan")
+    metadata_bytes: int | None = None  # the store's metadata documents, counted in compressed_bytes
+    violation: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Prepared:
+    """One field of one dataset, with what every method's run is compared against."""
+
+    dataset: str
+    field: str
+    h: Hierarchy
+    boxes: dict
+    leaves: am.Leaves
+    leaf: np.ndarray
+    vrange: float
+    mean: float
+    orig_bytes: int
+
+
+def prepare(dataset: str, h: Hierarchy, field: str, leaves: am.Leaves) -> Prepared:
+    boxes = am.field_boxes(h, field)
+    leaf = leaves.values(boxes)
+    return Prepared(dataset, field, h, boxes, leaves, leaf, am.value_range(leaf),
+                    am.volume_weighted_mean(leaf, leaves.volumes), am.stored_bytes(h, field))
+
+
+def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
+    eb = rel * p.vrange
+    r = Run(p.dataset, p.field, method, rel, eb, p.orig_bytes)
+    try:
+        r.compressed_bytes, out, r.c_seconds, r.d_seconds, r.metadata_bytes = fn(p.h, p.field, p.boxes, eb, rel)
+        r.seconds = r.c_seconds + r.d_seconds
+        r.ratio = p.orig_bytes / r.compressed_bytes
+        dec = p.leaves.values(out)
+        r.max_err = float(np.abs(dec - p.leaf).max())
+        r.err_over_bound = r.max_err / eb if eb > 0 else (0.0 if r.max_err == 0 else math.inf)
+        r.violation = not r.max_err <= eb
+        r.psnr = am.psnr(p.leaf, dec, p.vrange)
+        dec_mean = am.volume_weighted_mean(dec, p.leaves.volumes)
+        r.mean_abs_change = abs(dec_mean - p.mean)
+        r.mean_change, r.mean_ref = am.mean_change(p.mean, dec_mean, p.vrange)
+    except Exception as e:  # one failing method must not hide the others' numbers
+        r.error = f"{type(e).__name__}: {e}"
+    return r
+
+
+# --- reporting ------------------------------------------------------------------------------------------------
+
+
+def _f(v, fmt=".2f"):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return format(v, fmt)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def describe(name: str, h: Hierarchy, fields: list[str], leaves: am.Leaves) -> dict:
+    per_level = []
+    for L, lev in enumerate(h.levels):
+        leaf = sum(int(m.sum()) for (l, _), m in leaves.masks.items() if l == L)
+        per_level.append({"boxes": lev.num_boxes, "cells": lev.num_cells, "domain_cells": math.prod(box_shape(lev.domain)),
+                          "leaf_cells": leaf})
+    return {"dataset": name, "dim": h.dim, "dtype": str(h.dtype(fields[0])), "fields": fields, "levels": per_level,
+            "cells": sum(lev.num_cells for lev in h.levels), "leaf_cells": leaves.count,
+            "bytes_per_field": am.stored_bytes(h, fields[0])}
+
+
+def datasets_table(infos: list[dict]) -> str:
+    rows = []
+    for d in infos:
+        lv = d["levels"]
+        rows.append([d["dataset"], f"{d['dim']}-D {d['dtype']}", str(len(lv)), " / ".join(str(l["boxes"]) for l in lv),
+                     " / ".join(str(l["cells"]) for l in lv),
+                     " / ".join(f"{100 * l['cells'] / l['domain_cells']:.1f}%" for l in lv),
+                     f"{100 * d['leaf_cells'] / d['cells']:.1f}%", f"{d['bytes_per_field'] / 1e6:.2f}", ", ".join(d["fields"])])
+    return _table(["dataset", "type", "levels", "boxes per level", "cells per level", "level cover of its domain",
+                   "leaf share of all cells", "MB per field (all cells)", "fields"], rows)
+
+
+def results_table(runs: list[Run]) -> str:
+    rows = []
+    for r in runs:
+        if r.error:
+            rows.append([f"{r.dataset}/{r.field}", f"{r.bound:g}", r.method, f"ERROR {r.error}"[:70]] + [""] * 4)
+            continue
+        eob = _f(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
+        mc = _f(r.mean_change, ".1e") + (" (of range)" if r.mean_ref == "range" else "")
+        rows.append([f"{r.dataset}/{r.field}", f"{r.bound:g}", r.method, _f(r.ratio), _f(r.psnr, ".1f"), eob,
+                     _f(r.seconds, ".3f"), mc])
+    return _table(["dataset/field", "bound", "method", "ratio", "PSNR dB (leaf)", "maxerr/eb (leaf)", "C+D s",
+                   "rel. change of mean"], rows)
+
+
+def metadata_table(runs: list[Run]) -> str:
+    """How much of each store run's size is metadata (zarr.json documents: boxes, bounds, codec settings)."""
+    rows = []
+    for (d, f, m) in dict.fromkeys((r.dataset, r.field, r.method) for r in runs if r.metadata_bytes is not None):
+        rs = [r for r in runs if (r.dataset, r.field, r.method) == (d, f, m) and r.error is None]
+        if rs:
+            share = [100 * r.metadata_bytes / r.compressed_bytes for r in rs]
+            rows.append([f"{d}/{f}", m, str(max(r.metadata_bytes for r in rs)),
+                         f"{min(share):.1f}-{max(share):.1f}%" if len(rs) > 1 else f"{share[0]:.1f}%"])
+    return _table(["dataset/field", "method", "metadata bytes", "share of the store over the bounds"], rows)
+
+
+def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
+    """ratio(reference)/ratio(method) at equal PSNR per dataset/field; the reference is ours when it ran."""
+    ok = [r for r in runs if r.error is None]
+    methods = list(dict.fromkeys(r.method for r in ok))
+    ref = "ours" if "ours" in methods else "per-box-sz3"
+    others = [m for m in methods if m != ref]
+    cases = list(dict.fromkeys((r.dataset, r.field) for r in ok))
+    curve = lambda d, f, m: [(r.psnr, r.ratio) for r in ok if (r.dataset, r.field, r.method) == (d, f, m)]  # noqa: E731
+    summary = {"reference": ref, "cases": []}
+    rows = []
+    for d, f in cases:
+        case = {"dataset": d, "field": f}
+        cells = [f"{d}/{f}"]
+        for m in others:
+            q = am.ratio_at_equal_psnr(curve(d, f, ref), curve(d, f, m))
+            case[m] = q
+            cells.append("n/a" if q is None else f"{q['geomean']:.2f} ({q['min']:.2f}-{q['max']:.2f})")
+        summary["cases"].append(case)
+        rows.append(cells)
+    lines = [f"## Rate-distortion: ratio({ref}) / ratio(method) at equal PSNR", "",
+             "Geometric mean (min-max) over 9 PSNRs spread across the overlap of the two curves; log(ratio) is "
+             "interpolated linearly in PSNR between the bounds' points.  n/a: fewer than 2 points or no overlap.", ""]
+    lines.append(_table(["dataset/field"] + [f"vs {m}" for m in others], rows) if others else "(one method only)")
+    if ref == "ours":
+        lines += ["", "Targets (geomean over the overlap): " + ", ".join(f">= {t:g}x {m}" for m, t in TARGETS.items()), ""]
+        verdicts = {}
+        for m, target in TARGETS.items():
+            qs = [(c["dataset"], c["field"], c.get(m)) for c in summary["cases"]]
+            have = [(d, f, q) for d, f, q in qs if q]
+            passed = [(d, f) for d, f, q in have if q["geomean"] >= target]
+            state = "N/A" if not have else ("PASS" if len(passed) == len(have) else "FAIL")
+            verdicts[m] = {"status": state, "passed": len(passed), "cases": len(have), "target": target}
+            missed = ", ".join(f"{d}/{f} {q['geomean']:.2f}x" for d, f, q in have if q["geomean"] < target)
+            lines.append(f"- **{state}** ours >= {target:g}x {m}: {len(passed)}/{len(have)} fields"
+                         + (f" (short: {missed})" if missed else ""))
+        summary["verdicts"] = verdicts
+    else:
+        lines += ["", "(ours not run: the table compares the baselines with per-box 3-D SZ3 instead)"]
+    return "\n".join(lines), summary
+
+
+# --- main -----------------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", help=f"comma list of {', '.join(DATASETS)} (default all)")
+    p.add_argument("--fields", help="comma list of fields, replacing each chosen dataset's default fields where it has them")
+    p.add_argument("--bounds", help="comma list of value-range relative bounds (default 1e-2,1e-3,1e-4,1e-5; --quick 1e-3)")
+    p.add_argument("--methods", help=f"comma list of {', '.join([*BASELINES, *STORE_METHODS])} (default all)")
+    p.add_argument("--sz3-algo", default="INTERP_LORENZO", choices=["INTERP_LORENZO", "INTERP", "LORENZO_REG"],
+                   help="SZ3 predictor of the baselines (default INTERP_LORENZO, SZ3's default)")
+    p.add_argument("--quick", action="store_true", help="small synthetic hierarchies and one bound (smoke run)")
+    p.add_argument("--json", type=Path, help="write runs, dataset summaries and the rate-distortion summary here")
+    args = p.parse_args(argv)
+
+    global SZ3_ALGO
+    SZ3_ALGO = args.sz3_algo
+    names = args.datasets.split(",") if args.datasets else list(DATASETS)
+    unknown = [n for n in names if n not in DATASETS]
+    if unknown:
+        p.error(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+    bounds = [float(b) for b in args.bounds.split(",")] if args.bounds else (QUICK_BOUNDS if args.quick else BOUNDS)
+    methods = dict(BASELINES)
+    store_ok = have_store()
+    if store_ok:
+        methods.update(STORE_METHODS)
+    if args.methods:
+        wanted = args.methods.split(",")
+        methods = {m: fn for m, fn in methods.items() if m in wanted}
+        store_wanted = [m for m in wanted if m in STORE_METHODS]
+    else:
+        store_wanted = list(STORE_METHODS)
+
+    print(f"# amrzip AMR benchmark\n\n{platform.node()} | {platform.processor() or platform.machine()} | "
+          f"{os.cpu_count()} cores | numpy {np.__version__} | SZ3 predictor {SZ3_ALGO} (1 thread)"
+          f"{' | QUICK (small synthetic hierarchies)' if args.quick else ''}\n")
+    if store_wanted and not store_ok:
+        print(f"{', '.join(store_wanted)}: skipped: store API not available (amrzip.write / amrzip.open)\n")
+
+    infos, runs = [], []
+    t_start = time.perf_counter()
+    for name in names:
+        default_fields, load = DATASETS[name]
+        t0 = time.perf_counter()
+        try:
+            h = load(args.quick)
+        except FileNotFoundError as e:
+            print(f"note: {name} skipped: {e}", file=sys.stderr)
+            continue
+        fields = [f for f in (args.fields.split(",") if args.fields else default_fields) if f in h.fields]
+        if not fields:
+            print(f"note: {name} skipped: none of the fields asked for (it has {', '.join(h.fields)})", file=sys.stderr)
+            continue
+        leaves = am.Leaves.of(h)
+        infos.append(describe(name, h, fields, leaves) | {"load_seconds": time.perf_counter() - t0})
+        print(f"{name}: loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        for field in fields:
+            prep = prepare(name, h, field, leaves)
+            for rel in bounds:
+                for method, fn in methods.items():
+                    r = run_method(prep, method, fn, rel)
+                    runs.append(r)
+                    status = r.error or (f"ratio {r.ratio:9.2f}  PSNR {r.psnr:6.1f}  err/eb {r.err_over_bound:.3f}  "
+                                         f"{r.seconds:7.3f} s" + ("  !!VIOLATION" if r.violation else ""))
+                    print(f"  {name}/{field:12s} {rel:<6g} {method:12s} {status}", file=sys.stderr, flush=True)
+
+    print("## Datasets\n")
+    print(datasets_table(infos))
+    print("\nratio = bytes of all cells of all levels (covered cells included, as stored by the source) / compressed "
+          "bytes; PSNR, maxerr/eb and the mean over leaf cells only; bound eb = rel x value range of the leaf cells; "
+          "mean = volume-weighted over leaf cells, its change relative to |mean| (or to the range where the mean is ~0)."
+          "\n")
+    print("## Results\n")
+    print(results_table(runs))
+    print()
+    if any(r.metadata_bytes is not None for r in runs):
+        print("## Store metadata (counted in the ratio)\n")
+        print(metadata_table(runs))
+        print()
+    if len(bounds) >= 2:
+        text, rd = rate_distortion(runs)
+        print(text)
+    else:
+        rd = None
+        print("## Rate-distortion\n\n(skipped: comparing at equal PSNR needs at least 2 bounds)")
+    viol = [r for r in runs if r.violation]
+    errors = [r for r in runs if r.error]
+    print(f"\n## Bound violations (max leaf error > eb)\n\n- {len(viol)}/{len(runs)} runs"
+          + ("".join(f"\n  - {r.dataset}/{r.field}@{r.bound:g} {r.method}: {r.err_over_bound:.6f}x" for r in viol)))
+    if errors:
+        print(f"\n## Errors ({len(errors)})\n\n" + "\n".join(f"- {r.dataset}/{r.field}@{r.bound:g} {r.method}: {r.error}"
+                                                        for r in errors))
+    print(f"\n(total benchmark time {time.perf_counter() - t_start:.0f} s)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"argv": sys.argv[1:] if argv is None else list(argv), "host": platform.node(), "cpus": os.cpu_count(),
+                "numpy": np.__version__, "quick": args.quick, "bounds": bounds, "sz3_algo": SZ3_ALGO,
+                "store_api": store_ok, "chunk": CHUNK}
+        args.json.write_text(json.dumps({"meta": meta, "datasets": infos, "runs": [asdict(r) for r in runs],
+                                         "rate_distortion": rd}, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Metrics on AMR hierarchies for the benchmarks: leaf cells, their value range, PSNR, volume-weighted means,
+and ratios compared at equal PSNR along rate-distortion curves.
+
+A leaf cell is a cell of some level that no finer level covers: the leaf cells of all levels tile the domain once,
+so they are where an AMR snapshot's data lives (covered cells are, in AMReX, averages of the finer data above them).
+Reconstructions are given as ``{(level, box index): array}``, arrays indexed ``[i, j, k]`` like the hierarchy's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from amrzip.amr import Hierarchy
+
+
+@dataclass
+class Leaves:
+    """Where a hierarchy's leaf cells are: one boolean mask per (level, box) and each leaf cell's volume."""
+
+    masks: dict  # (level, box) -> bool array over the box, True on leaf cells
+    volumes: np.ndarray  # per leaf cell, in the order of leaf_values()
+
+    @classmethod
+    def of(cls, h: Hierarchy) -> "Leaves":
+        masks, vols = {}, []
+        for L, lev in enumerate(h.levels):
+            cell = math.prod(lev.dx)
+            for i in range(lev.num_boxes):
+                m = ~h.covered_mask(L, i)
+                masks[(L, i)] = m
+                vols.append(np.full(int(m.sum()), cell))
+        return cls(masks, np.concatenate(vols) if vols else np.zeros(0))
+
+    @property
+    def count(self) -> int:
+        return int(self.volumes.size)
+
+    def values(self, boxes) -> np.ndarray:
+        """The leaf cells of ``boxes`` (a hierarchy field as {(level, box): array}) as one float64 vector."""
+        return np.concatenate([np.asarray(boxes[key], dtype=np.float64)[m] for key, m in self.masks.items()])
+
+
+def field_boxes(h: Hierarchy, field: str) -> dict:
+    """{(level, box): array} of one field, as stored (all cells, covered ones included)."""
+    return {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(h.levels) for i in range(lev.num_boxes)}
+
+
+def stored_bytes(h: Hierarchy, field: str) -> int:
+    """Bytes of one field over all cells of all levels, as the source stores it: the common ratio denominator."""
+    return sum(lev.num_cells for lev in h.levels) * h.dtype(field).itemsize
+
+
+def value_range(leaf: np.ndarray) -> float:
+    return float(leaf.max() - leaf.min()) if leaf.size else 0.0
+
+
+def volume_weighted_mean(leaf: np.ndarray, volumes: np.ndarray) -> float:
+    """sum(value * cell volume) / total volume over the leaf cells: the field's domain average."""
+    return float(np.dot(leaf, volumes) / volumes.sum())
+
+
+def psnr(orig: np.ndarray, dec: np.ndarray, vrange: float) -> float:
+    """PSNR in dB over the given (leaf) cells, peak = their value range."""
+    mse = float(np.mean((dec - orig) ** 2))
+    if mse == 0:
+        return math.inf
+    return 20 * math.log10(vrange) - 10 * math.log10(mse) if vrange > 0 else -math.inf
+
+
+def mean_change(orig_mean: float, dec_mean: float, vrange: float) -> tuple[float, str]:
+    """Relative change of a volume-weighted mean: over |mean|, or over the value range (marked 'range') when the
+    mean is zero to within 1e-6 of the range (a velocity, say), where a change relative to it means nothing."""
+    diff = abs(dec_mean - orig_mean)
+    if abs(orig_mean) > 1e-6 * vrange:
+        return diff / abs(orig_mean), "mean"
+    return (diff / vrange if vrange > 0 else 0.0), "range"
+
+
+# --- rate-distortion ------------------------------------------------------------------------------------------
+
+
+def rd_curve(points) -> tuple[np.ndarray, np.ndarray]:
+    """(PSNR, log ratio) sorted by PSNR from (psnr, ratio) pairs; infinite PSNRs (lossless) and failed runs dropped."""
+    pts = sorted((p, math.log(r)) for p, r in points if math.isfinite(p) and r and r > 0 and math.isfinite(r))
+    return np.array([p for p, _ in pts]), np.array([r for _, r in pts])
+
+
+def ratio_at_equal_psnr(ours, other, samples: int = 9):
+    """ratio(ours) / ratio(other) at equal PSNR: log(ratio) is interpolated linearly in PSNR along each curve and
+    compared at ``samples`` PSNRs spread evenly over the PSNR range both curves cover.
+
+    Returns a dict (geomean, min, max of the quotient, the PSNR overlap) or None when the curves have fewer than
+    two points each or do not overlap.
+    """
+    pa, ra = rd_curve(ours)
+    pb, rb = rd_curve(other)
+    if pa.size < 2 or pb.size < 2:
+        return None
+    lo, hi = max(pa[0], pb[0]), min(pa[-1], pb[-1])
+    if not lo < hi:
+        return None
+    grid = np.linspace(lo, hi, samples)
+    q = np.interp(grid, pa, ra) - np.interp(grid, pb, rb)  # log of the quotient
+    return {"geomean": float(math.exp(q.mean())), "min": float(math.exp(q.min())), "max": float(math.exp(q.max())),
+            "psnr_lo": float(lo), "psnr_hi": float(hi)}

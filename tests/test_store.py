@@ -1,0 +1,269 @@
+"""The AMR snapshot store: every stored cell within its field's bound, covered cells rebuilt,
+region reads touching only their chunks, atomic snapshots, clear errors on damage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import amrzip
+from amrzip.amr import Hierarchy
+from amrzip.store import StoreError, snapshots
+
+
+def _field(shape, seed, kind="smooth"):
+    rng = np.random.default_rng(seed)
+    axes = np.meshgrid(*[np.linspace(0, 1, n, endpoint=False) for n in shape], indexing="ij")
+    if kind == "smooth":
+        return sum(np.sin((3 + d) * a + d) for d, a in enumerate(axes)) + 0.01 * rng.standard_normal(shape)
+    return np.exp(2 * rng.standard_normal(shape))  # rough, four decades
+
+
+def two_level(dim=3, n=32, dtype=np.float64, fine_boxes=None, coarse_boxes=None, kind="smooth", fields=("rho", "u")):
+    """A two-level hierarchy whose covered coarse cells are the average of the fine cells (as
+    AMReX stores them)."""
+    fine = {f: _field((2 * n,) * dim, k, kind).astype(dtype) for k, f in enumerate(fields)}
+    coarse = {f: fine[f].reshape(sum([[n, 2]] * dim, [])).mean(axis=tuple(range(1, 2 * dim, 2))).astype(dtype) for f in fields}
+    half = n // 2
+    coarse_boxes = coarse_boxes or [((0,) * dim, (half - 1,) * dim), ((half,) + (0,) * (dim - 1), (n - 1,) + (half - 1,) * (dim - 1))]
+    fine_boxes = fine_boxes or [((half // 2,) * dim, ((3 * half) // 2 - 1,) * dim)]
+
+    def cut(a, b):
+        return np.asfortranarray(a[tuple(slice(l, h + 1) for l, h in zip(*b))])
+
+    return Hierarchy.from_arrays(
+        [
+            {"boxes": coarse_boxes, "data": {f: [cut(coarse[f], b) for b in coarse_boxes] for f in fields}, "ref_ratio": 2, "domain": ((0,) * dim, (n - 1,) * dim)},
+            {"boxes": fine_boxes, "data": {f: [cut(fine[f], b) for b in fine_boxes] for f in fields}},
+        ],
+        prob_lo=(0.0,) * dim,
+        prob_hi=(1.0,) * dim,
+        time=1.5,
+        step=42,
+    )
+
+
+def expected_box(h, L, i, f):
+    """Box i of level L as a reader should rebuild it: covered cells the average of the finer level's."""
+    from amrzip.amr.boxes import coarsen, intersect, refine
+    from amrzip.store.dataset import average_down
+
+    lev = h.level(L)
+    out = np.array(lev.box_data(f, i), dtype=np.float64)
+    if L + 1 < h.num_levels:
+        lo = lev.boxes[i][0]
+        for j, fbox in enumerate(h.level(L + 1).boxes):
+            piece = intersect(coarsen(fbox, lev.ref_ratios), lev.boxes[i])
+            if piece is None:
+                continue
+            fine = expected_box(h, L + 1, j, f)
+            flo, fhi = refine(piece, lev.ref_ratios)
+            sub = fine[tuple(slice(a - b, c - b + 1) for a, c, b in zip(flo, fhi, fbox[0]))]
+            out[tuple(slice(a - b, c - b + 1) for a, c, b in zip(piece[0], piece[1], lo))] = average_down(sub, lev.ref_ratios)
+    return out
+
+
+def assert_round_trip(h, ds):
+    """Stored cells within the bound; covered cells within the bound of the original average."""
+    for f in h.fields:
+        eb = ds.bounds[f]["abs"]
+        for L, lev in enumerate(h.levels):
+            view = ds.level(L).field(f)
+            for i in range(lev.num_boxes):
+                a, d = expected_box(h, L, i, f), view[i]
+                assert d.shape == a.shape and d.dtype == lev.box_data(f, i).dtype
+                same = (np.isnan(a) & np.isnan(d)) | (a == d)
+                with np.errstate(invalid="ignore"):
+                    err = np.where(same, 0.0, np.abs(a - d))
+                assert not np.isnan(err).any()
+                # The covered average is taken in float64 and rounded to the field's type.
+                slack = np.finfo(d.dtype).eps * np.abs(a).max() if d.dtype == np.float32 else 0.0
+                assert err.max() <= eb * (1 + 1e-12) + slack, (f, L, i, err.max(), eb)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_trip_keeps_the_bound(tmp_path, dim, dtype):
+    h = two_level(dim=dim, dtype=dtype)
+    summary = amrzip.write(h, tmp_path / "s", rel=1e-4)
+    assert summary["ratio"] > 1
+    ds = amrzip.open(tmp_path / "s")
+    assert (ds.num_levels, ds.fields, ds.time, ds.step) == (2, ["rho", "u"], 1.5, 42)
+    assert ds.level(0).boxes == h.level(0).boxes and ds.level(0).ref_ratio == 2
+    assert_round_trip(h, ds)
+    back = ds.to_hierarchy()
+    assert back.level(1).box_data("u", 0).shape == h.level(1).box_data("u", 0).shape
+
+
+def test_unaligned_boxes_and_partial_blocks(tmp_path):
+    # Boxes and the covered region cut unit blocks in pieces: absent cells must not leak.
+    coarse = [((0, 0, 0), (12, 30, 31)), ((13, 0, 0), (31, 30, 31))]
+    fine = [((6, 10, 14), (29, 37, 41)), ((40, 2, 2), (51, 9, 13))]
+    h = two_level(n=32, coarse_boxes=coarse, fine_boxes=fine, kind="rough")
+    amrzip.write(h, tmp_path / "s", rel=1e-3, unit=8)
+    ds = amrzip.open(tmp_path / "s")
+    assert ds.array_info(0, "rho")["stats"]["partial_blocks"] > 0
+    assert_round_trip(h, ds)
+    # Outside every box (row 31 in y of level 0) there is nothing: NaN.
+    whole = ds.read("rho", level=0)
+    assert np.isnan(whole[:, 31, :]).all() and not np.isnan(whole[:, :31, :]).any()
+
+
+def test_covered_cells_cost_almost_nothing(tmp_path):
+    # Every unit block of level 0 half covered by level 1: the level must cost about half of
+    # what it costs with (almost) nothing covered.
+    whole = [((0, 0, 0), (31, 31, 31))]
+    half = [((0, 0, 0), (15, 63, 63)), ((32, 0, 0), (47, 63, 63))]
+    h_all = two_level(n=32, coarse_boxes=whole, fine_boxes=[((62, 62, 62), (63, 63, 63))], kind="rough", fields=("rho",))
+    h_half = two_level(n=32, coarse_boxes=whole, fine_boxes=half, kind="rough", fields=("rho",))
+    a = amrzip.write(h_all, tmp_path / "a", abs=1e-3, unit=16)["levels"][0]["fields"]["rho"]
+    b = amrzip.write(h_half, tmp_path / "b", abs=1e-3, unit=16)["levels"][0]["fields"]["rho"]
+    assert b["partial_blocks"] == b["blocks"] == 8
+    # Half the cells, predicted with half the context: a little over half the bytes.
+    assert b["stored_bytes"] < 0.65 * a["stored_bytes"], (a, b)
+    assert_round_trip(h_half, amrzip.open(tmp_path / "b"))
+    # What covered cells hold does not matter at all: wild values there change no byte.
+    for i in range(h_half.level(0).num_boxes):
+        box = h_half.level(0).box_data("rho", i)
+        box[h_half.covered_mask(0, i)] = 1e300
+    c = amrzip.write(h_half, tmp_path / "c", abs=1e-3, unit=16)["levels"][0]["fields"]["rho"]
+    assert c["stored_bytes"] == b["stored_bytes"]
+    chunk = "level_0/rho/c/0/0/0"
+    assert (tmp_path / "c" / "step_000042" / chunk).read_bytes() == (tmp_path / "b" / "step_000042" / chunk).read_bytes()
+
+
+def test_per_field_and_absolute_bounds(tmp_path):
+    h = two_level()
+    amrzip.write(h, tmp_path / "s", abs=1e-3, bounds={"u": {"rel": 1e-2}})
+    ds = amrzip.open(tmp_path / "s")
+    assert ds.bounds["rho"]["abs"] == 1e-3 and ds.bounds["u"]["mode"] == "rel"
+    assert ds.bounds["u"]["abs"] > 1e-3
+    assert_round_trip(h, ds)
+
+
+def test_special_values(tmp_path):
+    h = two_level(fields=("rho",))
+    h.level(0).box_data("rho", 0)[1, 2, 3] = np.nan
+    h.level(0).box_data("rho", 1)[...] = 7.25  # a constant box
+    h.level(1).box_data("rho", 0)[0, 0, 0] = np.inf
+    amrzip.write(h, tmp_path / "s", rel=1e-5)
+    ds = amrzip.open(tmp_path / "s")
+    assert np.isnan(ds.level(0).field("rho")[0][1, 2, 3])
+    assert ds.level(1).field("rho")[0][0, 0, 0] == np.inf
+    assert_round_trip(h, ds)
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    h = two_level()
+    with pytest.raises(ValueError, match="no error bound"):
+        amrzip.write(h, tmp_path / "s")
+    with pytest.raises(ValueError, match="rel= or abs="):
+        amrzip.write(h, tmp_path / "s", rel=1e-3, abs=1)
+    with pytest.raises(ValueError, match="finite number"):
+        amrzip.write(h, tmp_path / "s", rel=float("nan"))
+    with pytest.raises(ValueError, match="does not have"):
+        amrzip.write(h, tmp_path / "s", rel=1e-3, bounds={"nope": {"rel": 1}})
+    with pytest.raises(ValueError, match="snapshot name"):
+        amrzip.write(h, tmp_path / "s", rel=1e-3, snapshot="../x")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):
+        amrzip.write(h, tmp_path / "file", rel=1e-3)
+
+
+def test_snapshots_are_atomic_and_never_overwritten(tmp_path):
+    h = two_level()
+    store = tmp_path / "s"
+    amrzip.write(h, store, rel=1e-3, snapshot="first")
+    before = {p.relative_to(store): p.read_bytes() for p in (store / "first").rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError):
+        amrzip.write(h, store, rel=1e-3, snapshot="first")
+
+    def interrupt(msg):
+        if "level 1" in msg:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        amrzip.write(h, store, rel=1e-3, snapshot="second", progress=interrupt)
+    assert snapshots(store) == ["first"]
+    assert not [p for p in store.iterdir() if p.name.startswith(".writing")]
+    after = {p.relative_to(store): p.read_bytes() for p in (store / "first").rglob("*") if p.is_file()}
+    assert before == after
+    amrzip.write(h, store, rel=1e-2, snapshot="second")
+    assert snapshots(store) == ["first", "second"]
+    assert amrzip.open(store).path.name == "second"
+    assert amrzip.open(store, snapshot="first").bounds["rho"]["value"] == 1e-3
+    # A folder that was renamed into place but never listed is not a snapshot.
+    shutil.copytree(store / "second", store / "third")
+    assert snapshots(store) == ["first", "second"]
+    with pytest.raises(KeyError):
+        amrzip.open(store, snapshot="third")
+
+
+def test_damage_is_reported_with_the_file(tmp_path):
+    h = two_level(fields=("rho",))
+    store = tmp_path / "s"
+    amrzip.write(h, store, rel=1e-3, snapshot="x")
+    chunk = next((store / "x" / "level_0" / "rho" / "c").rglob("*/*/*"))
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    chunk.write_bytes(bytes(data))
+    ds = amrzip.open(store)
+    with pytest.raises(amrzip.CorruptStreamError, match="level_0"):
+        ds.read("rho", level=0)
+    chunk.write_bytes(bytes(data[:20]))
+    with pytest.raises(amrzip.CorruptStreamError):
+        amrzip.open(store).read("rho", level=0)
+    meta = store / "x" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["amrzip"]["levels"][0]["boxes"][0] = [[0, 0, 0], [999, 0, 0]]
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(StoreError, match="outside the domain"):
+        amrzip.open(store)
+    meta.write_text("{")
+    with pytest.raises(StoreError, match="zarr.json"):
+        amrzip.open(store)
+    with pytest.raises(StoreError, match="not an amrzip store"):
+        amrzip.open(tmp_path)
+
+
+def test_region_reads_touch_only_their_chunks(tmp_path):
+    n = 64
+    boxes = [((i, j, k), (i + 15, j + 15, k + 15)) for i in range(0, n, 16) for j in range(0, n, 16) for k in range(0, n, 16)]
+    h = two_level(n=n, coarse_boxes=boxes, fine_boxes=[((32, 32, 32), (63, 63, 63))], fields=("rho",))
+    amrzip.write(h, tmp_path / "s", rel=1e-4, chunk=16)
+    ds = amrzip.open(tmp_path / "s")
+    stored = ds.array_info(0, "rho")["stats"]["stored_bytes"]
+    ds.bytes_read = 0
+    box = ds.level(0).boxes[5]
+    part = ds.read("rho", region=box, level=0, covered="nan")
+    assert ds.bytes_read < 0.1 * stored, (ds.bytes_read, stored)
+    np.testing.assert_allclose(part, h.level(0).box_data("rho", 5), atol=ds.bounds["rho"]["abs"])
+    with pytest.raises(ValueError, match="region"):
+        ds.read("rho", region=((0, 0), (1, 1)), level=0)
+    with pytest.raises(KeyError):
+        ds.read("nope", level=0)
+    with pytest.raises(IndexError):
+        ds.level(5)
+
+
+def test_to_uniform_paints_fine_over_coarse(tmp_path):
+    h = two_level(dim=2, fields=("rho",), coarse_boxes=[((0, 0), (31, 15)), ((0, 16), (31, 31))])
+    amrzip.write(h, tmp_path / "s", rel=1e-5)
+    ds = amrzip.open(tmp_path / "s")
+    u = ds.to_uniform("rho")
+    assert u.shape == (64, 64) and not np.isnan(u).any()
+    eb = ds.bounds["rho"]["abs"]
+    (lo, hi), fine = h.level(1).boxes[0], h.level(1).box_data("rho", 0)
+    assert np.abs(u[lo[0] : hi[0] + 1, lo[1] : hi[1] + 1] - fine).max() <= eb
+    coarse = ds.to_uniform("rho", level=0)
+    assert coarse.shape == (32, 32)
+
+
+def test_ablations_round_trip(tmp_path):
+    h = two_level(fields=("rho",))
+    for k, opts in enumerate([{"sle": False}, {"adaptive_block": False}, {"mode": "speed"}, {"predictor": "regression"}]):
+        amrzip.write(h, tmp_path / f"s{k}", rel=1e-3, **opts)
+        assert_round_trip(h, amrzip.open(tmp_path / f"s{k}"))
