@@ -1,15 +1,20 @@
-"""The ``amrzip`` command: compress, decompress and inspect arrays stored as raw binary or .npy.
+"""The ``amrzip`` command: compress, decompress and inspect arrays stored as raw binary or .npy;
+convert AMR snapshots (AMReX plotfiles, AMReX HDF5, Chombo HDF5) into a snapshot store, inspect
+the store and extract regions or whole snapshots from it.
 
-Exit status: 0 success, 1 bad data (corrupt stream, unreadable file, failed --verify),
-2 bad usage (options, missing input, file size not matching --dtype/--shape), 130 interrupted.
+Exit status: 0 success, 1 bad data (corrupt stream or store, unreadable or truncated file,
+failed --verify, existing snapshot), 2 bad usage (options, missing input, file size not
+matching --dtype/--shape, unknown field, level or snapshot), 130 interrupted.
 Errors are reported as one ``amrzip: error: ...`` line on stderr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -35,7 +40,11 @@ from rich.table import Table
 import amrzip
 from amrzip import _arrayfile, demo, streaming
 from amrzip._metrics import max_abs_error, psnr
+from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
+from amrzip.store import layout as store_layout
+from amrzip.store import snapshots as store_snapshots
+from amrzip.store.dataset import COVERED
 
 # Runs on smaller inputs finish in about a second; a spinner would only flicker.
 PROGRESS_MIN_BYTES = 64 * 2**20
@@ -281,7 +290,8 @@ def _read_stream(path: Path) -> tuple[bytes, dict]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="amrzip", prog_name="amrzip")
 def cli():
-    """Error-bounded lossy compression of float32/float64 arrays (raw binary or .npy)."""
+    """Error-bounded lossy compression of float32/float64 arrays (raw binary or .npy) and of AMR
+    snapshots (AMReX plotfiles, AMReX HDF5, Chombo HDF5) into a snapshot store."""
 
 
 @cli.command()
@@ -602,6 +612,443 @@ def demo_command(size, seed, threads):
     results = demo.run(size, seed, threads)
     if any(not r.error_over_bound <= 1.0 for r in results):
         raise click.ClickException("the error bound was exceeded")
+
+
+# --- AMR snapshots: convert, inspect, extract ----------------------------------------------------
+
+_amr_input = click.Path(exists=True, path_type=Path)
+_store_input = click.Path(exists=True, file_okay=False, path_type=Path)
+_COORDINATES = {0: "Cartesian", 1: "cylindrical", 2: "spherical"}
+_STATS = ("stored_cells", "blocks", "partial_blocks", "chunks", "original_bytes", "stored_bytes")
+
+
+def _parse_names(ctx, param, value):
+    """Field names separated by commas, in the order given, each once."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",")]
+    if not all(names):
+        raise click.BadParameter(f"expected field names separated by commas; got {value!r}")
+    return list(dict.fromkeys(names))
+
+
+def _parse_field_bounds(ctx, param, values) -> dict:
+    """--bound FIELD=rel:VALUE or FIELD=abs:VALUE, repeated: {field: {mode: value}}."""
+    out = {}
+    for text in values:
+        name, eq, spec = text.rpartition("=")
+        mode, colon, number = spec.partition(":")
+        if not (eq and name and colon and mode in ("rel", "abs")):
+            raise click.BadParameter(f"expected FIELD=rel:VALUE or FIELD=abs:VALUE; got {text!r}")
+        try:
+            value = float(number)
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: {number!r} is not a number") from None
+        if not (math.isfinite(value) and value >= 0):
+            raise click.BadParameter(f"{text!r}: the bound must be a finite number >= 0")
+        if name in out:
+            raise click.BadParameter(f"field {name!r} is given twice")
+        out[name] = {mode: value}
+    return out
+
+
+def _names(names, most: int = 8) -> str:
+    """A list of names for a one-line message, shortened in the middle when long."""
+    names = list(names)
+    if len(names) > most:
+        names = [*names[: most // 2], f"... {len(names) - most + 2} more ...", *names[-(most // 2 - 1) :]]
+    return ", ".join(names)
+
+
+def _pick_fields(available, wanted, option: str, where) -> list[str]:
+    if wanted is None:
+        return list(available)
+    unknown = [f for f in wanted if f not in available]
+    if unknown:
+        raise click.UsageError(
+            f"{option}: {where} has no field {', '.join(map(repr, unknown))} (its fields: {_names(available, 40)})"
+        )
+    return wanted
+
+
+def _only_fields(h: Hierarchy, fields: list[str]) -> Hierarchy:
+    """``h`` restricted to ``fields``, sharing its box loaders: nothing is read."""
+    levels = [dataclasses.replace(lev, fields=list(fields)) for lev in h.levels]
+    return dataclasses.replace(h, fields=list(fields), levels=levels)
+
+
+def _format_box(box) -> str:
+    """A box as --region takes it: lo:hi."""
+    return f"{','.join(map(str, box[0]))}:{','.join(map(str, box[1]))}"
+
+
+def _format_values(values, fmt: str = "g") -> str:
+    """Per-dimension values, one of them when all are equal."""
+    values = list(values)
+    return format(values[0], fmt) if all(v == values[0] for v in values) else ",".join(format(v, fmt) for v in values)
+
+
+def _parse_region(text: str, dim: int, domain, level: int):
+    example = _format_box(((0,) * dim, (31,) * dim))
+    lo_text, colon, hi_text = text.partition(":")
+    try:
+        lo, hi = (tuple(int(v) for v in part.split(",")) for part in (lo_text, hi_text))
+    except ValueError:
+        lo = hi = ()
+    if not colon or len(lo) != dim or len(hi) != dim:
+        raise click.UsageError(f"--region: expected lo:hi, two lists of {dim} integers such as {example}; got {text!r}")
+    if any(h < l for l, h in zip(lo, hi)):
+        raise click.UsageError(f"--region {text}: hi is below lo")
+    if not all(dlo <= l and h <= dhi for l, h, dlo, dhi in zip(lo, hi, *domain)):
+        raise click.UsageError(f"--region {text} is not inside the domain of level {level}, {_format_box(domain)}")
+    return lo, hi
+
+
+def _tree_bytes(path: Path) -> int:
+    """The bytes of the files below ``path``: what a snapshot takes in the store."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, f)) for f in files)
+    return total
+
+
+def _open_snapshot(store: Path, name) -> tuple[list[str], "amrzip.Dataset"]:
+    """The store's committed snapshots and snapshot ``name`` (default: the latest) opened."""
+    try:
+        names = store_snapshots(store)
+    except amrzip.StoreError as e:
+        raise click.ClickException(str(e)) from None
+    if not names:
+        raise click.ClickException(f"{store}: the store holds no committed snapshot")
+    if name is not None and name not in names:
+        raise click.UsageError(f"--snapshot {name}: {store} has no such snapshot (snapshots: {_names(names)})")
+    try:
+        return names, amrzip.Dataset(store / (name if name is not None else names[-1]))
+    except amrzip.StoreError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@contextmanager
+def _write_progress(description: str, pieces: dict):
+    """A bar of bytes done on stderr while amrzip.write runs, shown under the same conditions as
+    _progress. ``pieces`` maps the messages the writer reports as it starts each array
+    ("level L field F") to the bytes of that array, in the writer's order. Yields the function
+    to pass as ``progress=``."""
+    console = Console(stderr=True)
+    total = sum(pieces.values())
+    if total < PROGRESS_MIN_BYTES or not console.is_terminal:
+        yield lambda message: None
+        return
+    before, done = {}, 0
+    for message, n in pieces.items():
+        before[message], done = done, done + n
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(description, total=total)
+
+        def report(message: str):
+            progress.update(task, description=f"{description}: {message}", completed=before.get(message))
+
+        yield report
+
+
+@cli.command()
+@click.argument("source", metavar="PLOTFILE", type=_amr_input)
+@click.argument("store", metavar="OUT", type=click.Path(path_type=Path))
+@click.option(
+    "--rel", "rel_bound", type=float, callback=_check_bound,
+    help="Error bound of every field, as a fraction of its value range over the cells stored.",
+)
+@click.option("--abs", "abs_bound", type=float, callback=_check_bound, help="Absolute error bound of every field.")
+@click.option(
+    "--bound", "bounds", multiple=True, metavar="FIELD=MODE:VALUE", callback=_parse_field_bounds,
+    help="Error bound of one field, such as temp=abs:0.5 or density=rel:1e-3, in place of --rel/--abs; repeat for more fields.",
+)
+@click.option("--snapshot", help="Name of the new snapshot in OUT [default: step_<step>, such as step_000120].")
+@click.option("--fields", callback=_parse_names, help="Only these fields, separated by commas [default: all].")
+@click.option("--unit", type=click.IntRange(2, 256), help="Unit block edge in cells [default: the blocking factor of the boxes].")
+@click.option(
+    "--chunk", type=click.IntRange(min=1),
+    help="Chunk edge in cells, rounded up to a multiple of the unit block [default: 128 in 2-d, 32 in 3-d].",
+)
+@click.option("--mode", type=click.Choice(MODES), default="ratio", show_default=True, help="Optimise for ratio or for speed.")
+@_threads_option
+def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit, chunk, mode, threads):
+    """Compress the AMR snapshot PLOTFILE (AMReX plotfile folder, AMReX HDF5 or Chombo HDF5) into
+    the snapshot store OUT, created if needed, as a new snapshot. Every stored cell keeps its
+    field's error bound; cells that a finer level covers are not stored but rebuilt on reading."""
+    if rel_bound is not None and abs_bound is not None:
+        raise click.UsageError("give --rel or --abs, not both")
+    if snapshot is not None:
+        try:
+            store_layout.check_snapshot_name(snapshot)
+        except ValueError as e:
+            raise click.UsageError(f"--snapshot: {e}") from None
+    try:
+        h = amrzip.read(source)
+    except ValueError as e:  # not a known format, malformed or truncated: the message names the file
+        raise click.ClickException(str(e)) from None
+    chosen = _pick_fields(h.fields, fields, "--fields", source)
+    stray = [f for f in bounds if f not in chosen]
+    if stray:
+        raise click.UsageError(f"--bound: {', '.join(map(repr, stray))} is not among the fields converted ({_names(chosen, 40)})")
+    unbounded = [f for f in chosen if f not in bounds]
+    if unbounded and rel_bound is None and abs_bound is None:
+        raise click.UsageError(
+            f"give an error bound: --rel or --abs, or --bound FIELD=MODE:VALUE for every field (missing for {_names(unbounded)})"
+        )
+    if chosen != h.fields:
+        h = _only_fields(h, chosen)
+    try:
+        itemsize = {f: np.dtype(h.dtype(f)).itemsize for f in h.fields}
+        pieces = {f"level {L} field {f}": lev.num_cells * itemsize[f] for L, lev in enumerate(h.levels) for f in h.fields}
+        with _write_progress(f"converting {source.name}", pieces) as report:
+            start = time.perf_counter()
+            summary = amrzip.write(
+                h, store, rel=rel_bound, abs=abs_bound, bounds=bounds or None, snapshot=snapshot, mode=mode, unit=unit,
+                chunk=chunk, threads=threads, progress=report,
+            )
+            seconds = time.perf_counter() - start
+    except FileExistsError as e:  # the snapshot exists, or OUT is something other than a store
+        hint = "; choose another name with --snapshot" if "already exists" in str(e) else ""
+        raise click.ClickException(f"{e}{hint}") from None
+    except ValueError as e:  # OUT is a damaged store, or data that cannot be read or stored
+        raise click.ClickException(str(e)) from None
+    original, stored = summary["original_bytes"], summary["stored_bytes"]
+    click.echo(
+        f"{source} -> {store / summary['snapshot']}: {_plural(h.num_levels, 'level')}, {_plural(len(h.fields), 'field')}, "
+        f"{_size(original)} -> {_size(stored)}, ratio {summary['ratio']:.2f}, {seconds:.2f} s, {_rate(original, seconds)}"
+    )
+
+
+def _describe_snapshot(store: Path, names: list[str], ds) -> dict:
+    """What `inspect` says of snapshot ``ds`` of ``store``: geometry, bounds and, per level and
+    field, the sizes the writer recorded."""
+    meta = ds.meta
+    fields = {
+        f: {"dtype": meta.get("dtypes", {}).get(f), "mode": b["mode"], "value": b["value"], "abs_bound": b["abs"]}
+        for f, b in ((f, ds.bounds[f]) for f in ds.fields)
+    }
+    levels = []
+    totals = dict.fromkeys(("cells", "stored_cells", "original_bytes", "stored_bytes"), 0)
+    for L in range(ds.num_levels):
+        lev = ds.level(L)
+        arrays = {}
+        for f in ds.fields:
+            a = ds.array_info(L, f)
+            stats = {k: a["stats"].get(k) for k in _STATS}
+            known = stats["original_bytes"] is not None and stats["stored_bytes"] is not None
+            ratio = stats["original_bytes"] / max(stats["stored_bytes"], 1) if known else None
+            arrays[f] = {**stats, "ratio": ratio, "predictor": a["predictor"], "unit": a["unit"][0]}
+        cells = sum(math.prod(box_shape(b)) for b in lev.boxes)
+        stored_cells = next((a["stored_cells"] for a in arrays.values() if a["stored_cells"] is not None), None)
+        original = sum(a["original_bytes"] or 0 for a in arrays.values())
+        stored = sum(a["stored_bytes"] or 0 for a in arrays.values())
+        finest = L + 1 == ds.num_levels
+        levels.append({
+            "level": L,
+            "domain": [list(lev.domain[0]), list(lev.domain[1])],
+            "shape": list(box_shape(lev.domain)),
+            "boxes": lev.num_boxes,
+            "ref_ratio": None if finest else list(lev.ref_ratios),
+            "dx": list(lev.dx),
+            "chunk": list(lev.chunk),
+            "cells": cells,
+            "stored_cells": stored_cells,
+            "covered_cells": None if stored_cells is None else cells - stored_cells,
+            "stored_fraction": None if stored_cells is None else stored_cells / cells if cells else 1.0,
+            "original_bytes": original,
+            "stored_bytes": stored,
+            "ratio": original / max(stored, 1),
+            "fields": arrays,
+        })
+        totals["cells"] += cells
+        totals["stored_cells"] += stored_cells or 0
+        totals["original_bytes"] += original
+        totals["stored_bytes"] += stored
+    totals["ratio"] = totals["original_bytes"] / max(totals["stored_bytes"], 1)
+    totals["disk_bytes"] = _tree_bytes(ds.path)
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    return {
+        "store": str(store),
+        "snapshots": list(names),
+        "snapshot": ds.path.name,
+        "time": ds.time,
+        "step": ds.step,
+        "dim": ds.dim,
+        "coord_sys": meta.get("coord_sys", 0),
+        "prob_lo": meta["prob_lo"],
+        "prob_hi": meta["prob_hi"],
+        "source": {k: source[k] for k in ("format", "source") if k in source},
+        "fields": fields,
+        "levels": levels,
+        "totals": totals,
+    }
+
+
+def _stdout_console() -> Console:
+    """The console for tables on stdout: the terminal's width, or wide enough not to wrap rows
+    when the output goes to a file or a pipe. Field names are text, never rich markup."""
+    console = Console(markup=False)
+    return console if console.is_terminal else Console(markup=False, width=max(console.width, 200))
+
+
+def _optional(value, fmt=str) -> str:
+    return "-" if value is None else fmt(value)
+
+
+def _print_snapshot(d: dict):
+    console = _stdout_console()
+    snapshots = d["snapshots"]
+    source = " ".join(str(v) for v in d["source"].values())
+    totals = d["totals"]
+    overview = Table.grid(padding=(0, 2))
+    overview.add_column(style="bold")
+    overview.add_column()
+    for row in [
+        ("store", f"{d['store']}: {_plural(len(snapshots), 'snapshot')} ({_names(snapshots)})"),
+        ("snapshot", d["snapshot"]),
+        ("time", f"{d['time']:g} (step {d['step']})"),
+        ("dimension", f"{d['dim']}-d, {_plural(len(d['levels']), 'level')}, {_COORDINATES.get(d['coord_sys'], d['coord_sys'])}"),
+        ("physical domain", f"{','.join(f'{v:g}' for v in d['prob_lo'])} to {','.join(f'{v:g}' for v in d['prob_hi'])}"),
+        *([("source", source)] if source else []),
+        ("stored", f"{_size(totals['stored_bytes'])} of {_size(totals['original_bytes'])}, ratio {totals['ratio']:.2f} "
+                   f"({_size(totals['disk_bytes'])} on disk with metadata)"),
+    ]:
+        overview.add_row(*row)
+    console.print(overview)
+
+    fields = Table(title="fields", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for name in ("field", "dtype", "bound", "abs bound"):
+        fields.add_column(name, justify="left" if name in ("field", "dtype", "bound") else "right")
+    for f, b in d["fields"].items():
+        fields.add_row(f, _optional(b["dtype"]), f"{b['mode']} {b['value']:g}", f"{b['abs_bound']:.6g}")
+    console.print()
+    console.print(fields)
+
+    levels = Table(title="levels", title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for name in ("level", "domain", "size", "boxes", "ref ratio", "dx", "chunk", "cells", "stored", "covered"):
+        levels.add_column(name, justify="left" if name in ("domain", "size", "dx", "chunk") else "right")
+    for lev in d["levels"]:
+        fraction = lev["stored_fraction"]
+        levels.add_row(
+            str(lev["level"]), _format_box(lev["domain"]), _arrayfile.format_shape(lev["shape"]), str(lev["boxes"]),
+            _optional(lev["ref_ratio"], _format_values), _format_values(lev["dx"], ".6g"),
+            _arrayfile.format_shape(lev["chunk"]), str(lev["cells"]),
+            _optional(lev["stored_cells"], lambda n: f"{n} ({fraction:.1%})"),
+            _optional(lev["covered_cells"], lambda n: f"{n} ({1 - fraction:.1%})"),
+        )
+    console.print()
+    console.print(levels)
+
+    arrays = Table(title="arrays", title_justify="left", box=None, header_style="bold", pad_edge=False, show_footer=True)
+    sums = {k: sum(a[k] or 0 for lev in d["levels"] for a in lev["fields"].values()) for k in _STATS}
+    footer = {
+        "level": "total", "stored cells": str(sums["stored_cells"]), "blocks (partial)": f"{sums['blocks']} ({sums['partial_blocks']})",
+        "chunks": str(sums["chunks"]), "original": _size(totals["original_bytes"]), "stored": _size(totals["stored_bytes"]),
+        "ratio": f"{totals['ratio']:.2f}",
+    }
+    for name in ("level", "field", "stored cells", "unit", "blocks (partial)", "chunks", "original", "stored", "ratio", "predictor"):
+        arrays.add_column(name, footer=footer.get(name, ""), justify="left" if name in ("field", "predictor") else "right")
+    for lev in d["levels"]:
+        for f, a in lev["fields"].items():
+            blocks = f"{a['blocks']} ({a['partial_blocks']})" if a["blocks"] is not None else "-"
+            arrays.add_row(
+                str(lev["level"]), f, _optional(a["stored_cells"]), str(a["unit"]), blocks, _optional(a["chunks"]),
+                _optional(a["original_bytes"], _size), _optional(a["stored_bytes"], _size), _optional(a["ratio"], "{:.2f}".format),
+                _optional(a["predictor"]),
+            )
+    console.print()
+    console.print(arrays)
+
+
+@cli.command()
+@click.argument("store", metavar="OUT", type=_store_input)
+@click.option("--snapshot", help="Snapshot to describe [default: the latest].")
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+def inspect(store, snapshot, as_json):
+    """Describe the snapshot store OUT: its snapshots and, for one of them, the fields and their
+    bounds, the levels (boxes, blocks, chunks, cells stored and covered) and the sizes per level
+    and field. Reads metadata only."""
+    names, ds = _open_snapshot(store, snapshot)
+    try:
+        described = _describe_snapshot(store, names, ds)
+    except amrzip.StoreError as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(described, indent=2))
+        return
+    _print_snapshot(described)
+
+
+@cli.command()
+@click.argument("store", metavar="OUT", type=_store_input)
+@click.option("--snapshot", help="Snapshot to read [default: the latest].")
+@click.option("--level", type=click.IntRange(min=0), help="Level of the region (.npy output).")
+@click.option(
+    "--field", "fields", callback=_parse_names,
+    help="Field of the region (.npy output); for a plotfile folder, fields separated by commas [default: all].",
+)
+@click.option(
+    "--region", "region_text", metavar="LO:HI",
+    help="Cells to extract, inclusive indices in the level's index space such as 0,0,0:31,31,31 [default: the level's domain].",
+)
+@click.option(
+    "--covered", type=click.Choice(COVERED),
+    help="Cells a finer level covers: rebuilt by averaging the finer level down, or NaN [default: average].",
+)
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), required=True,
+    help="A .npy file for a region; any other name writes the snapshot as an AMReX plotfile folder.",
+)
+@click.option("--plotfile", "as_plotfile", is_flag=True, help="Write an AMReX plotfile folder whatever OUTPUT is named.")
+@_force_option
+def extract(store, snapshot, level, fields, region_text, covered, output, as_plotfile, force):
+    """Extract from the snapshot store OUT one field of one level over a region, as .npy
+    (indexed [i, j, k], x first), or the whole snapshot (all fields, or --field) as an AMReX
+    plotfile folder. Only the chunks needed are read."""
+    _, ds = _open_snapshot(store, snapshot)
+    where = f"snapshot {ds.path.name}"
+    plotfile = as_plotfile or output.suffix.lower() != ".npy"
+    if plotfile:
+        for option, value in (("--level", level), ("--region", region_text), ("--covered", covered)):
+            if value is not None:
+                raise click.UsageError(f"{option} applies to a .npy extract, not to a plotfile folder ({output})")
+    elif level is None or fields is None or len(fields) != 1:
+        raise click.UsageError("a .npy extract takes --level and one --field (or name a folder with -o to write a plotfile)")
+    chosen = _pick_fields(ds.fields, fields, "--field", where)
+    if output.exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    itemsize = {f: np.dtype(ds.meta.get("dtypes", {}).get(f, "float64")).itemsize for f in chosen}
+    try:
+        if plotfile:
+            from amrzip.formats import write_plotfile
+
+            h = ds.to_hierarchy()
+            if chosen != ds.fields:
+                h = _only_fields(h, chosen)
+            nbytes = sum(lev.num_cells for lev in h.levels) * sum(itemsize.values())
+            with _activity(f"writing {output.name}", nbytes):
+                write_plotfile(h, output)
+            what = f"AMReX plotfile, {_plural(h.num_levels, 'level')}, {_plural(len(chosen), 'field')}, {_size(nbytes)}"
+        else:
+            if level >= ds.num_levels:
+                raise click.UsageError(f"--level {level}: {where} has levels 0 to {ds.num_levels - 1}")
+            lev = ds.level(level)
+            region = lev.domain if region_text is None else _parse_region(region_text, ds.dim, lev.domain, level)
+            field = chosen[0]
+            with _activity(f"extracting {field}", math.prod(box_shape(region)) * itemsize[field]):
+                array = ds.read(field, region=region, level=level, covered=covered or "average")
+            _arrayfile.write_array(output, array, "little")
+            what = f"{field} on level {level}, cells {_format_box(region)}, {array.dtype.name} {_arrayfile.format_shape(array.shape)}"
+    except amrzip.StoreError as e:
+        raise click.ClickException(str(e)) from None
+    except ValueError as e:  # a chunk that does not decode, or write_plotfile refusing OUTPUT
+        raise click.ClickException(str(e)) from None
+    read = ds.bytes_read
+    click.echo(f"{ds.path} -> {output}: {what}; read {_size(read)} from the store (the snapshot holds {_size(_tree_bytes(ds.path))})")
 
 
 def _fail(message: str, status: int):

@@ -93,7 +93,6 @@ class LevelView:
         self.dx = tuple(meta["dx"])
         self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
         self.owners = list(meta["owners"])
-        self.unit = meta["unit"]
         self.chunk = tuple(meta["chunk"])
 
     @property
@@ -163,12 +162,13 @@ class Dataset:
             where = self.path / f"level_{L}" / layout.field_dir(field) / "zarr.json"
             self.bytes_read += where.stat().st_size if where.exists() else 0
             doc = layout.read_json(where)
-            cfg = layout.validate_codec(doc, where, self.dim, lev.unit, lev.chunk)
+            cfg = layout.validate_codec(doc, where, self.dim, lev.chunk)
             stats = doc.get("attributes", {}).get("amrzip", {})
             self._arrays[key] = {
                 "dir": where.parent,
                 "dtype": doc["data_type"],
                 "origin": list(cfg["origin"]),
+                "unit": list(cfg["unit"]),
                 "codebooks": [layout.decode_bytes(b, where) for b in cfg["codebooks"]],
                 "predictor": cfg.get("predictor"),
                 "abs_bound": cfg.get("abs_bound"),
@@ -192,7 +192,7 @@ class Dataset:
                 self.bytes_read += len(data)
                 chunks.append((list(index), data))
         try:
-            return _core.decode_region(chunks, a["codebooks"], origin, [lev.unit] * self.dim, list(chunk), list(region[0]), list(region[1]), a["dtype"])
+            return _core.decode_region(chunks, a["codebooks"], origin, a["unit"], list(chunk), list(region[0]), list(region[1]), a["dtype"])
         except ValueError as e:
             raise type(e)(f"{a['dir']}: {e}") from None
 

@@ -106,24 +106,44 @@ def _absolute(mode: str, value: float, h: Hierarchy, field: str, masks) -> float
     return 0.0 if lo > hi else value * (hi - lo) * (1 - 4 * np.finfo(np.float64).eps)
 
 
-def _level_unit(h: Hierarchy, L: int, unit) -> int:
-    lev = h.level(L)
+def _units(h: Hierarchy, L: int, unit) -> list[int]:
+    """Unit block edges to try for level ``L``: the one asked for, else the blocking factor and
+    the larger edges of ``layout.TRIED_UNITS``."""
     if unit is not None:
         if isinstance(unit, bool) or not isinstance(unit, numbers.Integral) or not 2 <= unit <= 256:
             raise ValueError(f"unit= must be an integer from 2 to 256, got {unit!r}")
-        return int(unit)
-    return layout.detect_unit(lev.boxes, lev.domain[0], h.dim)
+        return [int(unit)]
+    lev = h.level(L)
+    detected = layout.detect_unit(lev.boxes, lev.domain[0], h.dim)
+    return sorted({detected, *(u for u in layout.TRIED_UNITS if u > detected)})
 
 
-def _level_chunk(unit: int, dim: int, chunk) -> list[int]:
+def _chunk(units: list[int], dim: int, chunk) -> list[int]:
+    step = math.lcm(*units)
     if chunk is None:
-        return [layout.default_chunk(unit, dim)] * dim
-    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        edge = layout.CHUNK_EDGE[dim]
+    elif isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
         raise ValueError(f"chunk= must be a positive integer (cells per side), got {chunk!r}")
-    return [-(-int(chunk) // unit) * unit] * dim
+    else:
+        edge = int(chunk)
+    return [-(-edge // step) * step] * dim
 
 
-def _snapshot_meta(h: Hierarchy, units, chunks, bounds, ebs, dtypes) -> dict:
+# A unit block edge is chosen by compressing a sample of the level's boxes of about this many cells.
+TRIAL_CELLS = 1 << 20
+
+
+def _trial_sample(boxes: list) -> list:
+    cells = [a.size for _, _, a, _ in boxes]
+    step = max(1, -(-sum(cells) // TRIAL_CELLS))
+    return boxes[::step]
+
+
+def _size(result: dict) -> int:
+    return sum(len(b) for _, b in result["chunks"]) + sum(len(b) for b in result["codebooks"])
+
+
+def _snapshot_meta(h: Hierarchy, chunks, bounds, ebs, dtypes) -> dict:
     levels = []
     for L, lev in enumerate(h.levels):
         levels.append(
@@ -133,7 +153,6 @@ def _snapshot_meta(h: Hierarchy, units, chunks, bounds, ebs, dtypes) -> dict:
                 "ref_ratio": [int(r) for r in lev.ref_ratios] if L + 1 < h.num_levels else [1] * h.dim,
                 "dx": [float(x) for x in lev.dx],
                 "domain": [list(lev.domain[0]), list(lev.domain[1])],
-                "unit": units[L],
                 "chunk": chunks[L],
             }
         )
@@ -195,8 +214,8 @@ def write(
     no finer level covers) or ``abs=`` for every field, and/or ``bounds={field: {"rel": v} |
     {"abs": v}}`` per field. Every stored cell comes back within its field's bound; covered
     cells are not stored and are rebuilt on read by averaging the finer level down. ``unit``
-    is the unit block edge (default: the blocking factor the boxes honour), ``chunk`` the
-    chunk edge in cells. ``sle``/``adaptive_block`` switch off shared lossless encoding (one
+    is the unit block edge (default: per level and field, the best of the blocking factor the
+    boxes honour and larger edges, measured on a sample), ``chunk`` the chunk edge in cells. ``sle``/``adaptive_block`` switch off shared lossless encoding (one
     codebook per chunk) and AMRIC's regression block rule, for comparison.
     """
     if not isinstance(h, Hierarchy):
@@ -218,10 +237,13 @@ def write(
         if dt not in (np.float32, np.float64):
             raise ValueError(f"field {f!r} is {dt}: the store keeps float32 and float64 fields")
     ebs = {f: _absolute(*per_field[f], h, f, masks) for f in h.fields}
-    units = [_level_unit(h, L, unit) for L in range(h.num_levels)]
-    chunks = [_level_chunk(units[L], h.dim, chunk) for L in range(h.num_levels)]
+    units = [_units(h, L, unit) for L in range(h.num_levels)]
+    if isinstance(chunk, numbers.Integral) and not isinstance(chunk, bool) and chunk > 0:
+        # A chunk edge asked for rules out the unit blocks that do not divide it.
+        units = [[u for u in us if chunk % u == 0] or us[:1] for us in units]
+    chunks = [_chunk(units[L], h.dim, chunk) for L in range(h.num_levels)]
 
-    meta = _snapshot_meta(h, units, chunks, per_field, ebs, {f: dtypes[f].name for f in h.fields})
+    meta = _snapshot_meta(h, chunks, per_field, ebs, {f: dtypes[f].name for f in h.fields})
     layout.validate_snapshot(meta, f"hierarchy to write as {path / name}")
 
     tmp = path / f".writing-{name}-{uuid.uuid4().hex[:8]}"
@@ -239,10 +261,18 @@ def write(
                 dt = dtypes[f]
                 boxes = [(list(lo), list(hi), _native(lev.box_data(f, i), dt), masks[L][i]) for i, (lo, hi) in enumerate(lev.boxes)]
                 original = sum(a.size for _, _, a, _ in boxes) * dt.itemsize
-                result = _core.compress_level(
-                    boxes, list(lev.domain[0]), [units[L]] * h.dim, chunks[L], ebs[f], mode,
-                    threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle,
-                )
+
+                def compress(boxes, u):
+                    return _core.compress_level(
+                        boxes, list(lev.domain[0]), [u] * h.dim, chunks[L], ebs[f], mode,
+                        threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle,
+                    )
+
+                best = units[L][0]
+                if len(units[L]) > 1 and boxes:
+                    sample = _trial_sample(boxes)
+                    best = min(units[L], key=lambda u: _size(compress(sample, u)))
+                result = compress(boxes, best)
                 array_dir = level_dir / layout.field_dir(f)
                 array_dir.mkdir()
                 stored = 0
@@ -252,7 +282,7 @@ def write(
                     target.write_bytes(data)
                     stored += len(data)
                 codec = {
-                    "unit": [units[L]] * h.dim,
+                    "unit": [best] * h.dim,
                     "origin": list(lev.domain[0]),
                     "abs_bound": ebs[f],
                     "predictor": result["predictor"],
@@ -264,7 +294,7 @@ def write(
                     "partial_blocks": result["partial_blocks"],
                     "chunks": len(result["chunks"]),
                     "original_bytes": original,
-                    "stored_bytes": stored + sum(len(b) for b in result["codebooks"]),
+                    "stored_bytes": _size(result),
                 }
                 doc = layout.array_doc(shape, chunks[L], dt.name, codec, {"amrzip": stats})
                 layout.write_json_atomic(array_dir / "zarr.json", doc)
