@@ -1,13 +1,14 @@
 """Reading snapshots back: boxes, regions, whole hierarchies and uniform composites.
 
 A region read opens only the chunks the region touches (``Dataset.bytes_read`` counts what was
-read). Covered coarse cells are not stored; reads rebuild them by averaging the finer level
+read), and decodes each chunk once while it stays in the dataset's cache. Covered coarse cells are not stored; reads rebuild them by averaging the finer level
 down (``covered="average"``, the default) or leave them NaN (``covered="nan"``).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +21,8 @@ from amrzip.store import layout
 from amrzip.store.layout import StoreError
 
 COVERED = ("average", "nan")
+# Decoded chunks kept per open dataset.
+CACHE_BYTES = 256 << 20
 
 
 def snapshots(path) -> list[str]:
@@ -122,6 +125,8 @@ class Dataset:
         self.dim: int = self.meta["dim"]
         self._levels = [LevelView(self, L, m) for L, m in enumerate(self.meta["levels"])]
         self._arrays: dict = {}
+        self._cache: OrderedDict = OrderedDict()
+        self._cached_bytes = 0
         self.bytes_read = 0
 
     def __repr__(self) -> str:
@@ -172,29 +177,58 @@ class Dataset:
                 "codebooks": [layout.decode_bytes(b, where) for b in cfg["codebooks"]],
                 "predictor": cfg.get("predictor"),
                 "abs_bound": cfg.get("abs_bound"),
+                "offset": cfg.get("offset", 0.0),
                 "stats": stats if isinstance(stats, dict) else {},
             }
         return self._arrays[key]
 
+    def _chunk(self, L: int, field: str, index: tuple) -> Optional[np.ndarray]:
+        """Chunk ``index`` of the (level, field) array decoded over its whole extent (NaN where
+        nothing is stored), or None when the chunk does not exist. Recently used chunks are kept,
+        so reads that overlap (boxes sharing a chunk, covered cells rebuilt from the finer
+        level) read and decode each chunk once."""
+        key = (L, field, index)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        a = self._array(L, field)
+        f = a["dir"] / layout.chunk_key(index)
+        if not f.exists():
+            return None
+        data = f.read_bytes()
+        self.bytes_read += len(data)
+        chunk = self.level(L).chunk
+        lo = [o + i * c for o, i, c in zip(a["origin"], index, chunk)]
+        hi = [l + c - 1 for l, c in zip(lo, chunk)]
+        try:
+            out = _core.decode_region([(list(index), data)], a["codebooks"], a["origin"], a["unit"], list(chunk), lo, hi, a["dtype"])
+        except ValueError as e:
+            raise type(e)(f"{f}: {e}") from None
+        if a["offset"]:
+            out += out.dtype.type(a["offset"])
+        self._cache[key] = out
+        self._cached_bytes += out.nbytes
+        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old.nbytes
+        return out
+
     def _stored(self, L: int, field: str, region: Box) -> np.ndarray:
         """The stored cells of ``region`` (C order, indexed [i, j, k]); NaN where nothing is stored."""
         a = self._array(L, field)
-        lev = self.level(L)
-        origin, chunk = a["origin"], lev.chunk
-        ranges = [range((region[0][d] - origin[d]) // chunk[d], (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
-        chunks = []
+        origin, chunk = a["origin"], self.level(L).chunk
+        out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
+        ranges = [range(max(0, (region[0][d] - origin[d]) // chunk[d]), (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
         for index in itertools.product(*ranges):
-            if any(i < 0 for i in index):
+            data = self._chunk(L, field, index)
+            if data is None:
                 continue
-            f = a["dir"] / layout.chunk_key(index)
-            if f.exists():
-                data = f.read_bytes()
-                self.bytes_read += len(data)
-                chunks.append((list(index), data))
-        try:
-            return _core.decode_region(chunks, a["codebooks"], origin, a["unit"], list(chunk), list(region[0]), list(region[1]), a["dtype"])
-        except ValueError as e:
-            raise type(e)(f"{a['dir']}: {e}") from None
+            lo = [o + i * c for o, i, c in zip(origin, index, chunk)]
+            piece = intersect((tuple(lo), tuple(l + c - 1 for l, c in zip(lo, chunk))), region)
+            src = tuple(slice(p - l, q - l + 1) for p, q, l in zip(piece[0], piece[1], lo))
+            dst = tuple(slice(p - r, q - r + 1) for p, q, r in zip(piece[0], piece[1], region[0]))
+            out[dst] = data[src]
+        return out
 
     def read(self, field: str, region=None, level: int = 0, covered: str = "average") -> np.ndarray:
         """Field ``field`` of level ``level`` over ``region`` ((lo, hi) inclusive, level index

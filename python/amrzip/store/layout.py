@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import numpy as np
+
 STORE_VERSION = 1
 SNAPSHOT_VERSION = 1
 CODEC_NAME = "amrzip.amr"
@@ -192,6 +194,8 @@ def validate_codec(doc, where, dim: int, chunk) -> dict:
     unit = cfg.get("unit")
     _require(_int_list(unit, dim) and all(1 <= u <= c and c % u == 0 for u, c in zip(unit, chunk)), where, f"unit block {unit!r} does not tile the chunk {list(chunk)!r}")
     _require(_int_list(cfg.get("origin"), dim), where, "bad origin")
+    offset = cfg.get("offset", 0.0)
+    _require(isinstance(offset, (int, float)) and np.isfinite(offset) and abs(offset) <= abs(cfg.get("abs_bound") or 0.0), where, f"bad offset {offset!r}")
     books = cfg.get("codebooks")
     _require(isinstance(books, list) and all(isinstance(b, str) for b in books), where, "bad codebook list")
     return cfg

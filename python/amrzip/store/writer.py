@@ -24,6 +24,7 @@ import numpy as np
 from amrzip import _core
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.store import layout
+from amrzip.store.conservation import conserve
 
 abs_ = builtins.abs
 
@@ -205,6 +206,7 @@ def write(
     predictor=None,
     sle: bool = True,
     adaptive_block: bool = True,
+    conserve_mean: bool = True,
     progress: Optional[Callable[[str], None]] = None,
 ) -> dict:
     """Compresses hierarchy ``h`` into the store at ``path`` as snapshot ``snapshot`` (default
@@ -216,7 +218,9 @@ def write(
     cells are not stored and are rebuilt on read by averaging the finer level down. ``unit``
     is the unit block edge (default: per level and field, the best of the blocking factor the
     boxes honour and larger edges, measured on a sample), ``chunk`` the chunk edge in cells. ``sle``/``adaptive_block`` switch off shared lossless encoding (one
-    codebook per chunk) and AMRIC's regression block rule, for comparison.
+    codebook per chunk) and AMRIC's regression block rule, for comparison. With
+    ``conserve_mean`` (default) a (level, field) whose errors lean one way is coded so that its
+    mean is kept (see :mod:`amrzip.store.conservation`).
     """
     if not isinstance(h, Hierarchy):
         raise TypeError(f"write() takes an amrzip.amr.Hierarchy, got {type(h).__name__}")
@@ -262,17 +266,22 @@ def write(
                 boxes = [(list(lo), list(hi), _native(lev.box_data(f, i), dt), masks[L][i]) for i, (lo, hi) in enumerate(lev.boxes)]
                 original = sum(a.size for _, _, a, _ in boxes) * dt.itemsize
 
-                def compress(boxes, u):
+                def compress(boxes, u, eb):
                     return _core.compress_level(
-                        boxes, list(lev.domain[0]), [u] * h.dim, chunks[L], ebs[f], mode,
+                        boxes, list(lev.domain[0]), [u] * h.dim, chunks[L], eb, mode,
                         threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle,
                     )
 
                 best = units[L][0]
                 if len(units[L]) > 1 and boxes:
                     sample = _trial_sample(boxes)
-                    best = min(units[L], key=lambda u: _size(compress(sample, u)))
-                result = compress(boxes, best)
+                    best = min(units[L], key=lambda u: _size(compress(sample, u, ebs[f])))
+                if conserve_mean:
+                    result, offset = conserve(
+                        lambda eb: compress(boxes, best, eb), boxes, ebs[f], list(lev.domain[0]), [best] * h.dim, chunks[L], dt.name
+                    )
+                else:
+                    result, offset = compress(boxes, best, ebs[f]), 0.0
                 array_dir = level_dir / layout.field_dir(f)
                 array_dir.mkdir()
                 stored = 0
@@ -285,6 +294,7 @@ def write(
                     "unit": [best] * h.dim,
                     "origin": list(lev.domain[0]),
                     "abs_bound": ebs[f],
+                    "offset": offset,
                     "predictor": result["predictor"],
                     "codebooks": [layout.encode_bytes(b) for b in result["codebooks"]],
                 }
