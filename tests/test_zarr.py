@@ -103,3 +103,32 @@ def test_another_process_reads_without_importing_amrzip(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_store_arrays_open_in_zarr(tmp_path):
+    # A (level, field) array of an AMR snapshot is a Zarr v3 array any zarr-python reader opens
+    # (with amrzip installed): stored cells as amrzip reads them, NaN elsewhere.
+    import amrzip
+    from amrzip.amr import Hierarchy
+
+    rng = np.random.default_rng(3)
+    fine = np.cumsum(rng.standard_normal((64, 48)), axis=0)
+    coarse = fine.reshape(32, 2, 24, 2).mean(axis=(1, 3))
+    boxes0 = [((0, 0), (15, 23)), ((16, 0), (31, 15))]
+    boxes1 = [((8, 8), (39, 31))]
+    cut = lambda a, b: a[b[0][0] : b[1][0] + 1, b[0][1] : b[1][1] + 1]  # noqa: E731
+    h = Hierarchy.from_arrays(
+        [
+            {"boxes": boxes0, "data": {"T": [cut(coarse, b) for b in boxes0]}, "ref_ratio": 2, "domain": ((0, 0), (31, 23))},
+            {"boxes": boxes1, "data": {"T": [cut(fine, b) for b in boxes1]}},
+        ],
+        prob_lo=(0, 0),
+        prob_hi=(1, 0.75),
+    )
+    amrzip.write(h, tmp_path / "s", rel=1e-3, snapshot="snap")
+    ds = amrzip.open(tmp_path / "s")
+    for L in range(2):
+        z = zarr.open_array(str(tmp_path / "s" / "snap" / f"level_{L}" / "T"), mode="r")
+        ours = ds.read("T", level=L, covered="nan")
+        np.testing.assert_array_equal(z[...], ours)
+        np.testing.assert_array_equal(z[3:20, 5:9], ours[3:20, 5:9])

@@ -5,7 +5,11 @@
 * :class:`Serializer` is a zarr-python 3 array-to-bytes codec (name ``"amrzip"``), the
   ``serializer=`` of zarr format 3 arrays, in place of the default ``bytes`` codec.
 
-Both are found through package entry points (``numcodecs.codecs`` and ``zarr.codecs``), so
+* :class:`AMRChunks` (name ``"amrzip.amr"``) decodes the chunks of the AMR snapshot store
+  (:func:`amrzip.write`), so any zarr-python 3 reader can open a (level, field) array of a
+  snapshot: cells no box stores read as NaN (fill value), covered cells too.
+
+They are found through package entry points (``numcodecs.codecs`` and ``zarr.codecs``), so
 reading an array needs amrzip installed but not imported. Each chunk is one amrzip stream, so
 ``rel``, ``ratio`` and ``psnr`` apply per chunk, as in the HDF5 filter (docs/hdf5.md).
 """
@@ -24,7 +28,7 @@ from numcodecs.registry import register_codec
 from amrzip import _core
 from amrzip.codec import MODES, _bound, compress, decompress
 
-__all__ = ["Codec", "Serializer"]
+__all__ = ["Codec", "Serializer", "AMRChunks"]
 
 CODEC_ID = "amrzip"
 _BOUND_NAMES = ("abs", "rel", "ratio", "psnr")
@@ -167,3 +171,59 @@ if ArrayBytesCodec is not None:
             raise NotImplementedError("amrzip output size depends on the data")
 
     _register_zarr_codec(CODEC_ID, Serializer)
+
+    @dataclass(frozen=True)
+    class AMRChunks(ArrayBytesCodec):
+        """zarr-python 3 codec of the AMR snapshot store's arrays (decoding only: snapshots are
+        written by :func:`amrzip.write`). Its configuration, written by the store, holds the
+        unit block shape, the shared codebooks and the offset that keeps the level's mean."""
+
+        is_fixed_size = False
+        configuration: dict
+
+        def __init__(self, **configuration):
+            from amrzip.store import layout
+
+            unit, books = configuration.get("unit"), configuration.get("codebooks")
+            if not (isinstance(unit, list) and unit and isinstance(books, list)):
+                raise ValueError("amrzip.amr codec configuration needs 'unit' and 'codebooks'")
+            object.__setattr__(self, "configuration", dict(configuration))
+            object.__setattr__(self, "_codebooks", [layout.decode_bytes(b, "amrzip.amr codec") for b in books])
+
+        @classmethod
+        def from_dict(cls, data):
+            return cls(**dict(data.get("configuration") or {}))
+
+        def to_dict(self):
+            from amrzip.store.layout import CODEC_NAME
+
+            return {"name": CODEC_NAME, "configuration": dict(self.configuration)}
+
+        def validate(self, *, shape, dtype, chunk_grid):
+            if dtype.to_native_dtype().newbyteorder("=") not in (np.float32, np.float64):
+                raise ValueError("amrzip.amr arrays hold float32 or float64 values")
+
+        def _encode(self, chunk_array, chunk_spec):
+            raise NotImplementedError("amrzip.amr chunks are written by amrzip.write(), not through zarr")
+
+        def _decode(self, chunk_bytes, chunk_spec):
+            # Block positions are relative to their chunk: decode in the chunk's own index space.
+            shape = list(chunk_spec.shape)
+            dtype = chunk_spec.dtype.to_native_dtype()
+            origin = [0] * len(shape)
+            arr = _core.decode_region(
+                [(origin, chunk_bytes.to_bytes())], self._codebooks, origin, list(self.configuration["unit"]), shape,
+                origin, [n - 1 for n in shape], np.dtype(dtype).name,
+            )
+            offset = self.configuration.get("offset", 0.0)
+            if offset:
+                arr += arr.dtype.type(offset)
+            return chunk_spec.prototype.nd_buffer.from_numpy_array(arr)
+
+        async def _decode_single(self, chunk_bytes, chunk_spec):
+            return await asyncio.to_thread(self._decode, chunk_bytes, chunk_spec)
+
+        def compute_encoded_size(self, input_byte_length, chunk_spec):
+            raise NotImplementedError("amrzip output size depends on the data")
+
+    _register_zarr_codec("amrzip.amr", AMRChunks)
