@@ -24,23 +24,12 @@ from amrzip import cli
 from amrzip.amr import synthetic
 from amrzip.amr.hierarchy import box_shape
 from amrzip.store import snapshots
+from shared_data import AMREX, REASON
 from test_cli import amrzip_cli, assert_error
 
 
-def _data_dir():
-    here = Path(__file__).resolve().parents[2] / "shared" / "data"
-    if here.is_dir():
-        return here
-    env = os.environ.get("AMRZIP_TEST_DATA")
-    return Path(env) if env and Path(env).is_dir() else None
+needs_data = pytest.mark.skipif(AMREX is None or not (AMREX / "advection_2d_4levels").is_dir(), reason=REASON)
 
-
-DATA = _data_dir()
-AMREX = DATA / "amrex" if DATA else None
-needs_data = pytest.mark.skipif(
-    AMREX is None or not (AMREX / "advection_2d_4levels").is_dir(),
-    reason="real AMR test data not found (../shared/data/amrex beside the project, or set AMRZIP_TEST_DATA)",
-)
 
 try:
     from amrzip.formats import write_plotfile
@@ -101,7 +90,7 @@ def advection(tmp_path_factory) -> tuple[Path, Path]:
     """advection_2d_4levels converted twice into one store: snapshot "first" at rel 1e-4,
     snapshot "second" with a per-field bound and explicit unit block and chunk."""
     if AMREX is None or not (AMREX / "advection_2d_4levels").is_dir():
-        pytest.skip("real AMR test data not found (../shared/data/amrex beside the project, or set AMRZIP_TEST_DATA)")
+        pytest.skip(REASON)
     source = AMREX / "advection_2d_4levels"
     store = tmp_path_factory.mktemp("stores") / "advection.amrzip"
     first = amrzip_cli("convert", source, store, "--rel", "1e-4", "--snapshot", "first", cwd=store.parent)

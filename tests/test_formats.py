@@ -11,7 +11,6 @@ yt, when installed, is the reference for values.
 from __future__ import annotations
 
 import mmap
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,24 +18,7 @@ import pytest
 
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.formats import detect, read, write_plotfile
-
-
-def _data_dir():
-    here = Path(__file__).resolve().parents[2] / "shared" / "data"
-    if here.is_dir():
-        return here
-    env = os.environ.get("AMRZIP_TEST_DATA")
-    if env and Path(env).is_dir():
-        return Path(env)
-    return None
-
-
-DATA = _data_dir()
-needs_data = pytest.mark.skipif(
-    DATA is None, reason="real AMR test data not found (../shared/data beside the project, or set AMRZIP_TEST_DATA)"
-)
-AMREX = DATA / "amrex" if DATA else None
-CHOMBO = DATA / "chombo" / "bisicles" if DATA else None
+from shared_data import AMREX, CHOMBO, needs_data
 
 
 def _h5py():
