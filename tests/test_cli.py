@@ -138,6 +138,8 @@ def test_demo(tmp_path):
     run = amrzip_cli("demo", "--size", "32", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("ratio") >= 2 and run.stdout.count("speed") == 2
+    # The AMR part: every field of the Nyx-like hierarchy, and a region read.
+    assert all(f in run.stdout for f in ("density", "x_velocity", "temp")) and "read from the store" in run.stdout
 
 
 def test_installed_command():

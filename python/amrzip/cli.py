@@ -38,7 +38,7 @@ from rich.progress import (
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, demo, streaming
+from amrzip import _arrayfile, amr_demo, demo, streaming
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
@@ -606,10 +606,15 @@ def _print_table(rows):
 @click.option("--size", type=click.IntRange(16, 256), default=128, show_default=True, help="Edge length of the cubic field.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random field.")
 @_threads_option
-def demo_command(size, seed, threads):
+@click.option("--amr/--no-amr", default=True, show_default=True, help="Also write and read back a built-in AMR hierarchy.")
+def demo_command(size, seed, threads, amr):
     """Compress a built-in turbulence-like field in both modes at rel 1e-3 and 1e-4 and tabulate
-    ratio, accuracy and throughput."""
+    ratio, accuracy and throughput; then write a built-in Nyx-like AMR hierarchy to a snapshot
+    store and measure what comes back over its leaf cells."""
     results = demo.run(size, seed, threads)
+    if amr:
+        click.echo()
+        results += amr_demo.run(seed=seed, threads=threads)
     if any(not r.error_over_bound <= 1.0 for r in results):
         raise click.ClickException("the error bound was exceeded")
 
