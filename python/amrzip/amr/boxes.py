@@ -28,6 +28,43 @@ def intersect(a: Box, b: Box):
     return None if any(h < l for l, h in zip(lo, hi)) else (lo, hi)
 
 
+def subtract(a: Box, b: Box) -> list[Box]:
+    """``a`` minus ``b`` as disjoint boxes (at most 2 per dimension): slabs peeled off ``a``
+    dimension by dimension."""
+    if intersect(a, b) is None:
+        return [a]
+    out = []
+    lo, hi = list(a[0]), list(a[1])
+    for d in range(len(lo)):
+        if lo[d] < b[0][d]:
+            out.append((tuple(lo[:d] + [lo[d]] + lo[d + 1 :]), tuple(hi[:d] + [b[0][d] - 1] + hi[d + 1 :])))
+            lo[d] = b[0][d]
+        if hi[d] > b[1][d]:
+            out.append((tuple(lo[:d] + [b[1][d] + 1] + lo[d + 1 :]), tuple(hi[:d] + [hi[d]] + hi[d + 1 :])))
+            hi[d] = b[1][d]
+    return out
+
+
+def difference(boxes: Sequence[Box], minus: Sequence[Box]) -> list[Box]:
+    """The cells of ``boxes`` not in any of ``minus``, as disjoint boxes."""
+    out = list(boxes)
+    for m in minus:
+        out = [piece for b in out for piece in subtract(b, m)]
+    return out
+
+
+def union(boxes: Sequence[Box]) -> list[Box]:
+    """The cells of ``boxes`` (which may overlap) as disjoint boxes."""
+    out: list[Box] = []
+    for b in boxes:
+        out += difference([b], out)
+    return out
+
+
+def num_cells(boxes: Sequence[Box]) -> int:
+    return int(sum(np.prod(box_shape(b), dtype=np.int64) for b in boxes))
+
+
 def covered_mask(box: Box, finer: Sequence[Box], ratio: Sequence[int]) -> np.ndarray:
     """True over the cells of ``box`` that a box of the next level (``finer``, refined by ``ratio``) covers."""
     mask = np.zeros(box_shape(box), dtype=bool)

@@ -24,6 +24,11 @@ def box_shape(box: Box) -> tuple[int, ...]:
     return tuple(h - l + 1 for l, h in zip(lo, hi))
 
 
+def ratio_value(ratios: tuple[int, ...]):
+    """Per-dimension refinement ratios as users like them: an int when all are equal."""
+    return ratios[0] if all(v == ratios[0] for v in ratios) else ratios
+
+
 def _as_box(box, dim: int) -> Box:
     lo, hi = (tuple(int(v) for v in b) for b in box)
     if len(lo) != dim or len(hi) != dim:
@@ -57,8 +62,7 @@ class Level:
     @property
     def ref_ratio(self):
         """Refinement ratio to the next level: an int when the same in every dimension."""
-        r = self.ref_ratios
-        return r[0] if all(v == r[0] for v in r) else r
+        return ratio_value(self.ref_ratios)
 
     @property
     def num_boxes(self) -> int:

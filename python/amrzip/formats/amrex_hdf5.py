@@ -31,7 +31,7 @@ from amrzip.amr.hierarchy import Hierarchy, Level, box_shape
 from amrzip.formats.chombo import (
     FlatSource,
     HandleCache,
-    require_h5py,
+    open_hdf5,
     level_ratios,
     as_scalar,
     as_str,
@@ -62,14 +62,7 @@ def read_amrex_hdf5(path) -> Hierarchy:
     """Read an AMReX HDF5 plotfile into a :class:`Hierarchy`."""
     path = Path(path)
     where = str(path)
-    h5py = require_h5py()
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ValueError(f"{path}: cannot open as HDF5: {e}") from e
-    with f:
-        if not is_amrex_hdf5(f):
-            raise ValueError(f"{path}: not an AMReX HDF5 plotfile (no plotfile_type/version_name attributes)")
+    with open_hdf5(path, is_amrex_hdf5, "not an AMReX HDF5 plotfile (no plotfile_type/version_name attributes)") as f:
         dim = space_dim(f, where)
         if not 1 <= dim <= 3:
             raise ValueError(f"{path}: dimension {dim}")

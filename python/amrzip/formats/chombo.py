@@ -272,18 +272,25 @@ def _dataset_fields(g, root_names: list[str], where: str):
     return out
 
 
-def read_chombo(path) -> Hierarchy:
-    """Read a Chombo HDF5 plot file or checkpoint into a :class:`Hierarchy`."""
-    path = Path(path)
-    where = str(path)
+def open_hdf5(path: Path, accepts, refusal: str):
+    """``path`` opened read-only with h5py, once ``accepts(file)`` says it is the expected kind
+    (else ``ValueError(f"{path}: {refusal}")``)."""
     h5py = require_h5py()
     try:
         f = h5py.File(path, "r")
     except OSError as e:
         raise ValueError(f"{path}: cannot open as HDF5: {e}") from e
-    with f:
-        if not is_chombo(f):
-            raise ValueError(f"{path}: not a Chombo file (no level_0 group with boxes and data)")
+    if not accepts(f):
+        f.close()
+        raise ValueError(f"{path}: {refusal}")
+    return f
+
+
+def read_chombo(path) -> Hierarchy:
+    """Read a Chombo HDF5 plot file or checkpoint into a :class:`Hierarchy`."""
+    path = Path(path)
+    where = str(path)
+    with open_hdf5(path, is_chombo, "not a Chombo file (no level_0 group with boxes and data)") as f:
         dim = space_dim(f, where)
         root_names = component_names(f.attrs)
         if "num_levels" in f.attrs:

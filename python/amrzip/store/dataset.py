@@ -16,7 +16,7 @@ import numpy as np
 
 from amrzip import _core
 from amrzip.amr.boxes import coarsen, intersect, refine
-from amrzip.amr.hierarchy import Box, Hierarchy, Level, box_shape
+from amrzip.amr.hierarchy import Box, Hierarchy, Level, box_shape, ratio_value
 from amrzip.store import layout
 from amrzip.store.layout import StoreError
 
@@ -100,8 +100,8 @@ class LevelView:
 
     @property
     def ref_ratio(self):
-        r = self.ref_ratios
-        return r[0] if all(v == r[0] for v in r) else r
+        """Refinement ratio to the next level: an int when the same in every dimension."""
+        return ratio_value(self.ref_ratios)
 
     @property
     def num_boxes(self) -> int:
