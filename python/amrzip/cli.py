@@ -776,7 +776,7 @@ def _write_progress(description: str, pieces: dict):
 @click.option("--unit", type=click.IntRange(2, 256), help="Unit block edge in cells [default: the blocking factor of the boxes].")
 @click.option(
     "--chunk", type=click.IntRange(min=1),
-    help="Chunk edge in cells, rounded up to a multiple of the unit block [default: 128 in 2-d, 32 in 3-d].",
+    help="Chunk edge in cells, rounded up to a multiple of the unit block [default: about the boxes' size, 16-32 in 3-d, 32-128 in 2-d].",
 )
 @click.option("--mode", type=click.Choice(MODES), default="ratio", show_default=True, help="Optimise for ratio or for speed.")
 @_threads_option

@@ -36,10 +36,23 @@ _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 DEFAULT_UNIT = 8
 MAX_UNIT = 32
 TRIED_UNITS = (16, 32)
-# Chunk edge in cells per dimensionality (a multiple of every unit tried): a chunk is the unit of
-# a region read, small enough that one box of a typical hierarchy touches a few chunks, large
-# enough to amortise its header.
-CHUNK_EDGE = {1: 4096, 2: 128, 3: 32}
+# Chunk edge bounds in cells per dimensionality. A chunk is what a region read decodes: the
+# writer sizes it like the level's boxes (a box read then touches about one chunk), within these
+# bounds: large enough to amortise a chunk's header, small enough that reads stay local.
+CHUNK_EDGE = {1: (1024, 4096), 2: (32, 128), 3: (16, 32)}
+
+
+def chunk_edge(boxes, dim: int) -> int:
+    """The largest power of two within ``CHUNK_EDGE`` not above the median of the boxes'
+    smallest edges."""
+    lo, hi = CHUNK_EDGE[dim]
+    if not boxes:
+        return hi
+    typical = sorted(min(h - l + 1 for l, h in zip(*b)) for b in boxes)[len(boxes) // 2]
+    edge = hi
+    while edge > lo and edge > typical:
+        edge //= 2
+    return edge
 
 
 class StoreError(ValueError):

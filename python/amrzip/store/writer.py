@@ -107,27 +107,21 @@ def _absolute(mode: str, value: float, h: Hierarchy, field: str, masks) -> float
     return 0.0 if lo > hi else value * (hi - lo) * (1 - 4 * np.finfo(np.float64).eps)
 
 
-def _units(h: Hierarchy, L: int, unit) -> list[int]:
-    """Unit block edges to try for level ``L``: the one asked for, else the blocking factor and
-    the larger edges of ``layout.TRIED_UNITS``."""
-    if unit is not None:
-        if isinstance(unit, bool) or not isinstance(unit, numbers.Integral) or not 2 <= unit <= 256:
-            raise ValueError(f"unit= must be an integer from 2 to 256, got {unit!r}")
-        return [int(unit)]
-    lev = h.level(L)
-    detected = layout.detect_unit(lev.boxes, lev.domain[0], h.dim)
-    return sorted({detected, *(u for u in layout.TRIED_UNITS if u > detected)})
-
-
-def _chunk(units: list[int], dim: int, chunk) -> list[int]:
-    step = math.lcm(*units)
-    if chunk is None:
-        edge = layout.CHUNK_EDGE[dim]
-    elif isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+def _layout(h: Hierarchy, L: int, unit, chunk) -> tuple[list[int], list[int]]:
+    """Level ``L``'s chunk shape and the unit block edges to try: ``unit`` if given, else the
+    blocking factor the boxes honour and the larger edges of ``layout.TRIED_UNITS`` that divide
+    the chunk. The chunk edge is ``chunk`` if given (rounded up to a multiple of the units),
+    else sized like the level's boxes."""
+    if unit is not None and (isinstance(unit, bool) or not isinstance(unit, numbers.Integral) or not 2 <= unit <= 256):
+        raise ValueError(f"unit= must be an integer from 2 to 256, got {unit!r}")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1):
         raise ValueError(f"chunk= must be a positive integer (cells per side), got {chunk!r}")
-    else:
-        edge = int(chunk)
-    return [-(-edge // step) * step] * dim
+    lev = h.level(L)
+    first = int(unit) if unit is not None else layout.detect_unit(lev.boxes, lev.domain[0], h.dim)
+    edge = int(chunk) if chunk is not None else max(layout.chunk_edge(lev.boxes, h.dim), first)
+    edge = -(-edge // first) * first
+    units = [first] if unit is not None else [first] + [u for u in layout.TRIED_UNITS if u > first and edge % u == 0]
+    return [edge] * h.dim, units
 
 
 # A unit block edge is chosen by compressing a sample of the level's boxes of about this many cells.
@@ -241,11 +235,7 @@ def write(
         if dt not in (np.float32, np.float64):
             raise ValueError(f"field {f!r} is {dt}: the store keeps float32 and float64 fields")
     ebs = {f: _absolute(*per_field[f], h, f, masks) for f in h.fields}
-    units = [_units(h, L, unit) for L in range(h.num_levels)]
-    if isinstance(chunk, numbers.Integral) and not isinstance(chunk, bool) and chunk > 0:
-        # A chunk edge asked for rules out the unit blocks that do not divide it.
-        units = [[u for u in us if chunk % u == 0] or us[:1] for us in units]
-    chunks = [_chunk(units[L], h.dim, chunk) for L in range(h.num_levels)]
+    chunks, units = zip(*(_layout(h, L, unit, chunk) for L in range(h.num_levels)))
 
     meta = _snapshot_meta(h, chunks, per_field, ebs, {f: dtypes[f].name for f in h.fields})
     layout.validate_snapshot(meta, f"hierarchy to write as {path / name}")
