@@ -267,3 +267,22 @@ def test_ablations_round_trip(tmp_path):
     for k, opts in enumerate([{"sle": False}, {"adaptive_block": False}, {"mode": "speed"}, {"predictor": "regression"}]):
         amrzip.write(h, tmp_path / f"s{k}", rel=1e-3, **opts)
         assert_round_trip(h, amrzip.open(tmp_path / f"s{k}"))
+
+
+def test_box_reads_touch_under_a_tenth_of_their_array(tmp_path):
+    # The synthetic 3-level Nyx-like hierarchy: reading any one box of any level reads less than
+    # 10% of the bytes stored for that (level, field), its metadata included.
+    from amrzip.amr.synthetic import nyx_like
+
+    h = nyx_like(n=48, max_grid_size=16)
+    h.fields = ["density"]
+    for lev in h.levels:
+        lev.fields = ["density"]
+    amrzip.write(h, tmp_path / "s", rel=1e-4)
+    ds = amrzip.open(tmp_path / "s")
+    for L in range(ds.num_levels):
+        total = ds.array_info(L, "density")["stats"]["stored_bytes"] + (ds.path / f"level_{L}" / "density" / "zarr.json").stat().st_size
+        for box in ds.level(L).boxes:
+            fresh = amrzip.open(tmp_path / "s")
+            fresh.read("density", region=box, level=L, covered="nan")
+            assert fresh.bytes_read < 0.1 * total, (L, box, fresh.bytes_read, total)
