@@ -185,8 +185,8 @@ if ArrayBytesCodec is not None:
             from amrzip.store import layout
 
             unit, books = configuration.get("unit"), configuration.get("codebooks")
-            if not (isinstance(unit, list) and unit and isinstance(books, list)):
-                raise ValueError("amrzip.amr codec configuration needs 'unit' and 'codebooks'")
+            if not (isinstance(unit, list) and unit and isinstance(books, list) and "eb" in configuration):
+                raise ValueError("amrzip.amr codec configuration needs 'unit', 'eb' and 'codebooks'")
             object.__setattr__(self, "configuration", dict(configuration))
             object.__setattr__(self, "_codebooks", [layout.decode_bytes(b, "amrzip.amr codec") for b in books])
 
@@ -213,7 +213,7 @@ if ArrayBytesCodec is not None:
             origin = [0] * len(shape)
             arr = _core.decode_region(
                 [(origin, chunk_bytes.to_bytes())], self._codebooks, origin, list(self.configuration["unit"]), shape,
-                origin, [n - 1 for n in shape], np.dtype(dtype).name,
+                float(self.configuration["eb"]), origin, [n - 1 for n in shape], np.dtype(dtype).name,
             )
             offset = self.configuration.get("offset", 0.0)
             if offset:

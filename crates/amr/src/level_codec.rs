@@ -72,11 +72,13 @@ pub fn compress_level<T: Element>(
 }
 
 /// Decodes `chunks` ((chunk index, bytes), those a region touches) into a C-order array over
-/// `region_lo..=region_hi`; cells no chunk stores are NaN. `codebooks` are the level's.
+/// `region_lo..=region_hi`; cells no chunk stores are NaN. `codebooks` are the level's, `eb`
+/// the bound its chunks were quantized with.
 pub fn decode_region<T: Element>(
     chunks: &[(Vec<i64>, &[u8])],
     codebooks: &[&[u8]],
     tiling: &Tiling,
+    eb: f64,
     region_lo: &[i64],
     region_hi: &[i64],
 ) -> Result<Vec<T>> {
@@ -84,10 +86,8 @@ pub fn decode_region<T: Element>(
     if region_lo.len() != nd || region_hi.len() != nd || region_lo.iter().zip(region_hi).any(|(l, h)| h < l) {
         return Err(invalid(format!("region {region_lo:?}..{region_hi:?} is not a non-empty {nd}-dimensional box")));
     }
-    let n =
-        region_lo.iter().zip(region_hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
-    let n =
-        n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
+    let n = region_lo.iter().zip(region_hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
+    let n = n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
     let decoded: Vec<Vec<Block<T>>> = chunks
         .par_iter()
         .map(|(idx, bytes)| {
@@ -95,16 +95,10 @@ pub fn decode_region<T: Element>(
                 return Err(invalid(format!("chunk index {idx:?} is not {nd}-dimensional")));
             }
             let info = blockset::info(bytes)?;
-            if info.unit != tiling.unit {
-                return Err(CodecError::Corrupt(format!(
-                    "chunk {idx:?} holds unit blocks {:?}, the level's are {:?}",
-                    info.unit, tiling.unit
-                )));
-            }
             let codebook = codebooks.get(info.codebook_index as usize).ok_or_else(|| {
                 CodecError::Corrupt(format!("chunk {idx:?} uses codebook {} of {}", info.codebook_index, codebooks.len()))
             })?;
-            blockset::decode(bytes, &SharedCodebook::from_bytes(codebook)?, tiling.block_count())
+            blockset::decode(bytes, &SharedCodebook::from_bytes(codebook)?, &tiling.unit, eb, tiling.block_count())
         })
         .collect::<Result<_>>()?;
     let mut out = vec![T::from_f64(f64::NAN); n];
@@ -149,7 +143,7 @@ mod tests {
             assert_eq!(level.stored_cells, a.len() + b.len() - 4 * 16 * 4);
             let chunks: Vec<(Vec<i64>, &[u8])> = level.chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
             let books: Vec<&[u8]> = level.codebooks.iter().map(Vec::as_slice).collect();
-            let out: Vec<f64> = decode_region(&chunks, &books, &tiling, &[0, 0, 0], &[31, 31, 15]).unwrap();
+            let out: Vec<f64> = decode_region(&chunks, &books, &tiling, eb, &[0, 0, 0], &[31, 31, 15]).unwrap();
             for i in 0..32 {
                 for j in 0..32 {
                     for k in 0..16 {
@@ -166,7 +160,7 @@ mod tests {
             }
             // A region inside one chunk decodes from that chunk alone.
             let one: Vec<(Vec<i64>, &[u8])> = chunks.iter().filter(|(i, _)| i == &vec![1, 0, 0]).cloned().collect();
-            let part: Vec<f64> = decode_region(&one, &books, &tiling, &[20, 2, 3], &[25, 9, 9]).unwrap();
+            let part: Vec<f64> = decode_region(&one, &books, &tiling, eb, &[20, 2, 3], &[25, 9, 9]).unwrap();
             assert!(part.iter().all(|v| v.is_finite()));
         }
     }

@@ -7,17 +7,10 @@
 //! they take the zero-residual code and rebuild as their prediction, so they cost almost
 //! nothing and never touch the bound of the stored cells.
 //!
-//! Layout (integers little-endian):
-//! ```text
-//! "AMRB" | version u8 | dtype u8 | ndim u8 | preset u8
-//! eb f64 | radius u32 | unit shape u32 x ndim | codebook index u32 | block count u32
-//! raw length u64 | crc32 of everything above (u32)
-//! lossless frames of the raw bytes (see `frames`) | crc32 of the frames (u32)
-//! raw bytes: per block: position gap varint (first: the position; later: position - previous
-//!   - 1), predictor u8, mask flag u8 (0 full, 1 partial: then the mask, one bit per cell,
-//!   LSB first), then the block's patches, side and exact values as in a chunk;
-//!   then the symbols of all blocks, in block order, as Huffman segments
-//! ```
+//! Layout (`docs/format.md` section 14): a short header, the raw bytes through the lossless
+//! frames, one CRC32 over everything. What every set of an array shares (unit shape, bound)
+//! lives in the array's metadata and is handed to the decoder: a chunk of a few blocks must not
+//! pay for a self-describing header.
 
 use crate::bytes::{put_varint, ByteReader};
 use crate::compressor::{read_parts, read_segments, write_parts, write_segments};
@@ -33,7 +26,7 @@ use crate::{Config, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
-const MAGIC: &[u8; 4] = b"AMRB";
+const MAGIC: &[u8; 2] = b"AB";
 const VERSION: u8 = 1;
 /// Blocks sampled to choose the predictor: enough to see the field's character, few enough
 /// that choosing costs a small share of compressing.
@@ -145,7 +138,7 @@ impl BlockSetEncoder {
             .iter()
             .map(|b| huffman::histogram(&b.coded.symbols, self.q.alphabet()))
             .fold(vec![0u64; self.q.alphabet()], |h, b| huffman::add_histogram(h, &b));
-        Ok(PredictedSet { unit: self.unit.clone(), q: self.q, preset: self.preset, blocks: predicted, histogram })
+        Ok(PredictedSet { preset: self.preset, blocks: predicted, histogram })
     }
 
     fn predict_block<T: Element>(&self, b: &Block<T>) -> PredictedBlock<T> {
@@ -196,8 +189,6 @@ struct PredictedBlock<T> {
 
 /// A block set predicted and quantized, waiting for the array's shared codebook.
 pub struct PredictedSet<T> {
-    unit: Vec<usize>,
-    q: Quantizer,
     preset: Preset,
     blocks: Vec<PredictedBlock<T>>,
     /// Symbol counts over the set's blocks: sum them over all sets to build the codebook.
@@ -208,40 +199,41 @@ impl<T: Element> PredictedSet<T> {
     /// The set's bytes, coded with `codebook` (built from histograms including this set's),
     /// recorded as codebook `codebook_index` of the array.
     pub fn finish(&self, codebook: &SharedCodebook, codebook_index: u32) -> Result<Vec<u8>> {
+        // The predictor settings most blocks share are written once; a block whose side
+        // information is empty uses them.
+        let common = self.blocks.iter().map(|b| (b.kind, b.coded.side.as_slice())).max_by_key(|&(k, side)| {
+            (self.blocks.iter().filter(|b| b.kind == k && b.coded.side == side).count(), side.len())
+        });
+        let (common_kind, common_side) = common.unwrap_or((PredictorKind::Lorenzo, &[]));
         let mut raw = Vec::new();
         let mut previous: Option<u64> = None;
         for b in &self.blocks {
             put_varint(&mut raw, previous.map_or(b.position, |p| b.position - p - 1));
             previous = Some(b.position);
-            raw.push(b.kind as u8);
-            match &b.mask {
-                None => raw.push(0),
-                Some(mask) => {
-                    raw.push(1);
-                    raw.extend(mask.chunks(8).map(|c| c.iter().enumerate().fold(0u8, |acc, (i, &m)| acc | (m as u8) << i)));
-                }
+            let own = b.kind != common_kind || (b.coded.side != common_side && !b.coded.side.is_empty());
+            raw.push(u8::from(b.mask.is_some()) | u8::from(own) << 1);
+            if let Some(mask) = &b.mask {
+                raw.extend(mask.chunks(8).map(|c| c.iter().enumerate().fold(0u8, |acc, (i, &m)| acc | (m as u8) << i)));
             }
-            write_parts(&mut raw, &b.patches, &b.coded);
+            if own {
+                raw.push(b.kind as u8);
+            }
+            let side: &[u8] = if own { &b.coded.side } else { &[] };
+            write_parts(&mut raw, &b.patches, side, &b.coded.exact);
         }
         let symbols: Vec<u16> = self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect();
         write_segments(&mut raw, &symbols, &codebook.0)?;
         let packed = frames::pack(&raw, |frame| frames::level_for(self.preset, frame));
-        let mut out = Vec::with_capacity(packed.len() + 64);
+        let mut out = Vec::with_capacity(packed.len() + 32);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&[VERSION, T::DTYPE as u8, self.unit.len() as u8, self.preset as u8]);
-        out.extend_from_slice(&self.q.eb().to_le_bytes());
-        out.extend_from_slice(&DEFAULT_RADIUS.to_le_bytes());
-        for &n in &self.unit {
-            out.extend_from_slice(&(n as u32).to_le_bytes());
-        }
-        out.extend_from_slice(&codebook_index.to_le_bytes());
-        out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        let start = out.len();
+        out.extend_from_slice(&[VERSION, T::DTYPE as u8, self.preset as u8, common_kind as u8]);
+        put_varint(&mut out, codebook_index as u64);
+        put_varint(&mut out, self.blocks.len() as u64);
+        put_varint(&mut out, raw.len() as u64);
+        put_varint(&mut out, common_side.len() as u64);
+        out.extend_from_slice(common_side);
         out.extend_from_slice(&packed);
-        let crc = crc32fast::hash(&out[start..]);
+        let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
@@ -264,77 +256,72 @@ fn check_unit(unit: &[usize]) -> Result<()> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockSetInfo {
     pub dtype: DType,
-    pub unit: Vec<usize>,
-    pub eb: f64,
     pub codebook_index: u32,
     pub blocks: usize,
 }
 
-fn read_header(bytes: &[u8]) -> Result<(BlockSetInfo, Preset, u64, usize)> {
-    let mut r = ByteReader::new(bytes);
-    if r.take(4, "magic").map_err(|_| corrupt!("too short to be an amrzip block set ({} bytes)", bytes.len()))? != MAGIC {
-        return Err(corrupt!("not an amrzip block set (bad magic)"));
+struct Header<'a> {
+    info: BlockSetInfo,
+    common_kind: PredictorKind,
+    common_side: &'a [u8],
+    raw_len: u64,
+    /// The lossless frames.
+    packed: &'a [u8],
+}
+
+fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
+    if bytes.len() < MAGIC.len() + 4 || &bytes[..2] != MAGIC {
+        return Err(corrupt!("not an amrzip block set (bad magic or {} bytes)", bytes.len()));
     }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    if u32::from_le_bytes(tail.try_into().expect("4 bytes")) != crc32fast::hash(body) {
+        return Err(corrupt!("block set checksum mismatch"));
+    }
+    let mut r = ByteReader::new(&body[2..]);
     let version = r.u8("version")?;
     if version != VERSION {
         return Err(corrupt!("unsupported block set version {version} (this build reads version {VERSION})"));
     }
     let dtype = DType::from_code(r.u8("dtype")?).ok_or_else(|| corrupt!("unknown dtype code"))?;
-    let ndim = r.u8("ndim")? as usize;
-    let preset = match r.u8("preset")? {
-        0 => Preset::Ratio,
-        1 => Preset::Speed,
-        p => return Err(corrupt!("unknown preset {p}")),
-    };
-    let eb = r.f64("bound")?;
-    if !(eb.is_finite() && eb >= 0.0) {
-        return Err(corrupt!("invalid error bound {eb}"));
+    if r.u8("preset")? > 1 {
+        return Err(corrupt!("unknown preset"));
     }
-    if r.u32("radius")? != DEFAULT_RADIUS {
-        return Err(corrupt!("unsupported quantization radius"));
-    }
-    if !(1..=4).contains(&ndim) {
-        return Err(corrupt!("{ndim} dimensions (1 to 4 supported)"));
-    }
-    let unit: Vec<usize> = (0..ndim).map(|_| r.u32("unit shape").map(|n| n as usize)).collect::<Result<_>>()?;
-    check_unit(&unit).map_err(|_| corrupt!("invalid unit block shape {unit:?}"))?;
-    let codebook_index = r.u32("codebook index")?;
-    let blocks = r.u32("block count")? as usize;
-    let raw_len = r.u64("raw length")?;
-    let covered = r.position();
-    if r.u32("header checksum")? != crc32fast::hash(&bytes[..covered]) {
-        return Err(corrupt!("block set header checksum mismatch"));
-    }
-    Ok((BlockSetInfo { dtype, unit, eb, codebook_index, blocks }, preset, raw_len, r.position()))
+    let common_kind = PredictorKind::from_code(r.u8("predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?;
+    let codebook_index = u32::try_from(r.varint("codebook index")?).map_err(|_| corrupt!("codebook index out of range"))?;
+    let blocks = r.bounded_varint(u32::MAX as u64, "block count")? as usize;
+    let raw_len = r.varint("raw length")?;
+    let side_len = r.bounded_varint(r.remaining() as u64, "side length")? as usize;
+    let common_side = r.take(side_len, "common side information")?;
+    let packed = &body[2 + r.position()..];
+    Ok(Header { info: BlockSetInfo { dtype, codebook_index, blocks }, common_kind, common_side, raw_len, packed })
 }
 
-/// Reads and validates a block set's header.
+/// Reads and validates a block set's header (and its checksum).
 pub fn info(bytes: &[u8]) -> Result<BlockSetInfo> {
-    Ok(read_header(bytes)?.0)
+    Ok(read_header(bytes)?.info)
 }
 
-/// Decodes a block set; `codebook` is the array's codebook the header names (check
+/// Decodes a block set of unit blocks of shape `unit` quantized under `eb` (both from the
+/// array's metadata); `codebook` is the array's codebook the header names (see
 /// `info(bytes).codebook_index`), `max_position` bounds the positions (the block grid's size).
-pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, max_position: u64) -> Result<Vec<Block<T>>> {
-    let (info, _, raw_len, header_len) = read_header(bytes)?;
+pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize], eb: f64, max_position: u64) -> Result<Vec<Block<T>>> {
+    check_unit(unit)?;
+    if !(eb.is_finite() && eb >= 0.0) {
+        return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
+    }
+    let h = read_header(bytes)?;
+    let info = &h.info;
     if info.dtype != T::DTYPE {
         return Err(CodecError::InvalidInput(format!("block set holds {} values, not {}", info.dtype.name(), T::DTYPE.name())));
     }
-    if bytes.len() < header_len + 4 {
-        return Err(corrupt!("block set truncated before its payload checksum"));
+    let n = unit.iter().product::<usize>();
+    // Each block costs at least 5 raw bytes: refuse counts the data cannot hold before allocating.
+    if info.blocks as u64 > max_position || (info.blocks as u64).saturating_mul(5) > h.raw_len {
+        return Err(corrupt!("{} blocks cannot fit in a block set of {} raw bytes", info.blocks, h.raw_len));
     }
-    let (packed, tail) = bytes[header_len..].split_at(bytes.len() - header_len - 4);
-    if u32::from_le_bytes(tail.try_into().expect("4 bytes")) != crc32fast::hash(packed) {
-        return Err(corrupt!("block set payload checksum mismatch"));
-    }
-    let n = info.unit.iter().product::<usize>();
-    // Each block costs at least 3 raw bytes and one bit per cell: refuse counts the data cannot hold.
-    if info.blocks as u64 > max_position || (info.blocks as u64).saturating_mul(n as u64 / 8 + 3) > raw_len.max(1) * 2 + 64 {
-        return Err(corrupt!("{} blocks cannot fit in a block set of {raw_len} raw bytes", info.blocks));
-    }
-    let raw = frames::unpack(packed, raw_len)?;
+    let raw = frames::unpack(h.packed, h.raw_len)?;
     let mut r = ByteReader::new(&raw);
-    let q = Quantizer::new(info.eb, DEFAULT_RADIUS);
+    let q = Quantizer::new(eb, DEFAULT_RADIUS);
     let mut heads = Vec::with_capacity(info.blocks);
     let mut previous: Option<u64> = None;
     for _ in 0..info.blocks {
@@ -346,19 +333,28 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, max_position:
         .filter(|&p| p < max_position)
         .ok_or_else(|| corrupt!("block position out of range"))?;
         previous = Some(position);
-        let kind = PredictorKind::from_code(r.u8("block predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?;
-        let mask = match r.u8("mask flag")? {
-            0 => None,
-            1 => {
-                let bits = r.take(n.div_ceil(8), "block mask")?;
-                if n % 8 != 0 && bits[bits.len() - 1] >> (n % 8) != 0 {
-                    return Err(corrupt!("block mask has bits set past the last cell"));
-                }
-                Some((0..n).map(|i| bits[i / 8] >> (i % 8) & 1 == 1).collect::<Vec<bool>>())
+        let flags = r.u8("block flags")?;
+        if flags > 3 {
+            return Err(corrupt!("unknown block flags {flags}"));
+        }
+        let mask = if flags & 1 == 1 {
+            let bits = r.take(n.div_ceil(8), "block mask")?;
+            if n % 8 != 0 && bits[bits.len() - 1] >> (n % 8) != 0 {
+                return Err(corrupt!("block mask has bits set past the last cell"));
             }
-            f => return Err(corrupt!("unknown mask flag {f}")),
+            Some((0..n).map(|i| bits[i / 8] >> (i % 8) & 1 == 1).collect::<Vec<bool>>())
+        } else {
+            None
         };
-        let parts = read_parts::<T>(&mut r, n)?;
+        let kind = if flags & 2 == 2 {
+            PredictorKind::from_code(r.u8("block predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?
+        } else {
+            h.common_kind
+        };
+        let mut parts = read_parts::<T>(&mut r, n)?;
+        if parts.side.is_empty() {
+            parts.side = h.common_side;
+        }
         heads.push((position, kind, mask, parts));
     }
     // A block codes one symbol per stored cell.
@@ -379,10 +375,10 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, max_position:
         .map(|((position, kind, mask, parts), (start, count))| {
             let coded = &symbols[start..start + count];
             let syms = match &mask {
-                None => std::borrow::Cow::Borrowed(coded),
-                Some(mask) => std::borrow::Cow::Owned(with_absent(kind, parts.side, mask, &info.unit, &q, coded)?),
+                None => Cow::Borrowed(coded),
+                Some(mask) => Cow::Owned(with_absent(kind, parts.side, mask, unit, &q, coded)?),
             };
-            let mut values = predictor::decode(kind, &info.unit, &q, &syms, &parts.exact, parts.side)?;
+            let mut values = predictor::decode(kind, unit, &q, &syms, &parts.exact, parts.side)?;
             for (i, x) in parts.patches {
                 values[i] = x;
             }
@@ -439,7 +435,7 @@ mod tests {
             let codebook = SharedCodebook::from_histogram(&set.histogram);
             let bytes = set.finish(&codebook, 0).unwrap();
             let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
-            let back = decode::<f64>(&bytes, &codebook, 60).unwrap();
+            let back = decode::<f64>(&bytes, &codebook, &unit, 1e-3, 60).unwrap();
             assert_eq!(back.len(), blocks.len());
             for (a, b) in blocks.iter().zip(&back) {
                 assert_eq!((a.position, &a.mask), (b.position, &b.mask));
@@ -450,7 +446,7 @@ mod tests {
                     assert!(x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-3, "{x} {y}");
                 }
             }
-            assert!(decode::<f64>(&bytes, &codebook, 50).is_err(), "positions beyond the grid are refused");
+            assert!(decode::<f64>(&bytes, &codebook, &unit, 1e-3, 50).is_err(), "positions beyond the grid are refused");
         }
     }
 
@@ -465,12 +461,12 @@ mod tests {
         let codebook = SharedCodebook::from_histogram(&set.histogram);
         let bytes = set.finish(&codebook, 0).unwrap();
         for cut in 0..bytes.len() {
-            assert!(decode::<f32>(&bytes[..cut], &codebook, 5).is_err());
+            assert!(decode::<f32>(&bytes[..cut], &codebook, &unit, 1e-2, 5).is_err());
         }
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x41;
-            assert!(decode::<f32>(&bad, &codebook, 5).is_err(), "flip at {i}");
+            assert!(decode::<f32>(&bad, &codebook, &unit, 1e-2, 5).is_err(), "flip at {i}");
         }
     }
 }

@@ -138,7 +138,7 @@ fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Pred
 }
 
 /// Appends what a chunk (or a unit block) keeps beside its symbols: `patches`, `side`, `exact`.
-pub(crate) fn write_parts<T: Element>(raw: &mut Vec<u8>, patches: &[(usize, T)], coded: &predictor::Coded<T>) {
+pub(crate) fn write_parts<T: Element>(raw: &mut Vec<u8>, patches: &[(usize, T)], side: &[u8], exact: &[T]) {
     put_varint(raw, patches.len() as u64);
     let mut last = 0;
     for &(i, x) in patches {
@@ -146,10 +146,10 @@ pub(crate) fn write_parts<T: Element>(raw: &mut Vec<u8>, patches: &[(usize, T)],
         x.write_le(raw);
         last = i;
     }
-    put_varint(raw, coded.side.len() as u64);
-    raw.extend_from_slice(&coded.side);
-    put_varint(raw, coded.exact.len() as u64);
-    for &x in &coded.exact {
+    put_varint(raw, side.len() as u64);
+    raw.extend_from_slice(side);
+    put_varint(raw, exact.len() as u64);
+    for &x in exact {
         x.write_le(raw);
     }
 }
@@ -175,7 +175,7 @@ pub(crate) fn write_segments(raw: &mut Vec<u8>, symbols: &[u16], codebook: &Code
 
 fn chunk_bytes<T: Element>(c: &Predicted<T>, codebook: &Codebook) -> Result<Vec<u8>> {
     let mut raw = Vec::with_capacity(c.coded.symbols.len() / 2 + c.coded.side.len() + 64);
-    write_parts(&mut raw, &c.patches, &c.coded);
+    write_parts(&mut raw, &c.patches, &c.coded.side, &c.coded.exact);
     write_segments(&mut raw, &c.coded.symbols, codebook)?;
     Ok(raw)
 }

@@ -108,6 +108,7 @@ fn decode_typed<'py, T: Element + numpy::Element>(
     chunks: &[(Vec<i64>, Vec<u8>)],
     codebooks: &[Vec<u8>],
     tiling: &Tiling,
+    eb: f64,
     lo: &[i64],
     hi: &[i64],
     threads: Option<usize>,
@@ -115,17 +116,18 @@ fn decode_typed<'py, T: Element + numpy::Element>(
     let chunk_refs: Vec<(Vec<i64>, &[u8])> = chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
     let books: Vec<&[u8]> = codebooks.iter().map(Vec::as_slice).collect();
     let values: Vec<T> =
-        py.detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_region(&chunk_refs, &books, tiling, lo, hi))).map_err(to_py)?;
+        py.detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_region(&chunk_refs, &books, tiling, eb, lo, hi))).map_err(to_py)?;
     let shape: Vec<usize> = lo.iter().zip(hi).map(|(&l, &h)| (h - l + 1) as usize).collect();
     Ok(PyArray1::from_vec(py, values).reshape(shape)?.into_any())
 }
 
-/// decode_region(chunks, codebooks, origin, unit, chunk, lo, hi, dtype) -> ndarray
+/// decode_region(chunks, codebooks, origin, unit, chunk, eb, lo, hi, dtype) -> ndarray
 ///
-/// `chunks`: (chunk index, bytes) of the chunks the region touches. Returns the region
+/// `chunks`: (chunk index, bytes) of the chunks the region touches; `eb` the bound they were
+/// quantized with. Returns the region
 /// `lo..=hi` (C order, indexed [i, j, k]); cells no chunk stores are NaN.
 #[pyfunction]
-#[pyo3(signature = (chunks, codebooks, origin, unit, chunk, lo, hi, dtype, threads=None))]
+#[pyo3(signature = (chunks, codebooks, origin, unit, chunk, eb, lo, hi, dtype, threads=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn decode_region<'py>(
     py: Python<'py>,
@@ -134,6 +136,7 @@ pub fn decode_region<'py>(
     origin: Vec<i64>,
     unit: Vec<usize>,
     chunk: Vec<usize>,
+    eb: f64,
     lo: Vec<i64>,
     hi: Vec<i64>,
     dtype: &str,
@@ -141,8 +144,8 @@ pub fn decode_region<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let tiling = tiling(origin, unit, chunk)?;
     match dtype {
-        "float32" => decode_typed::<f32>(py, &chunks, &codebooks, &tiling, &lo, &hi, threads),
-        "float64" => decode_typed::<f64>(py, &chunks, &codebooks, &tiling, &lo, &hi, threads),
+        "float32" => decode_typed::<f32>(py, &chunks, &codebooks, &tiling, eb, &lo, &hi, threads),
+        "float64" => decode_typed::<f64>(py, &chunks, &codebooks, &tiling, eb, &lo, &hi, threads),
         d => Err(PyValueError::new_err(format!("unsupported dtype {d:?}"))),
     }
 }

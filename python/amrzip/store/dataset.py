@@ -178,6 +178,7 @@ class Dataset:
                 "predictor": cfg.get("predictor"),
                 "abs_bound": cfg.get("abs_bound"),
                 "offset": cfg.get("offset", 0.0),
+                "eb": cfg["eb"],
                 "stats": stats if isinstance(stats, dict) else {},
             }
         return self._arrays[key]
@@ -201,7 +202,7 @@ class Dataset:
         lo = [o + i * c for o, i, c in zip(a["origin"], index, chunk)]
         hi = [l + c - 1 for l, c in zip(lo, chunk)]
         try:
-            out = _core.decode_region([(list(index), data)], a["codebooks"], a["origin"], a["unit"], list(chunk), lo, hi, a["dtype"])
+            out = _core.decode_region([(list(index), data)], a["codebooks"], a["origin"], a["unit"], list(chunk), a["eb"], lo, hi, a["dtype"])
         except ValueError as e:
             raise type(e)(f"{f}: {e}") from None
         if a["offset"]:

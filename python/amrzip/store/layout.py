@@ -207,8 +207,11 @@ def validate_codec(doc, where, dim: int, chunk) -> dict:
     unit = cfg.get("unit")
     _require(_int_list(unit, dim) and all(1 <= u <= c and c % u == 0 for u, c in zip(unit, chunk)), where, f"unit block {unit!r} does not tile the chunk {list(chunk)!r}")
     _require(_int_list(cfg.get("origin"), dim), where, "bad origin")
-    offset = cfg.get("offset", 0.0)
-    _require(isinstance(offset, (int, float)) and np.isfinite(offset) and abs(offset) <= abs(cfg.get("abs_bound") or 0.0), where, f"bad offset {offset!r}")
+    bound, eb, offset = cfg.get("abs_bound"), cfg.get("eb"), cfg.get("offset", 0.0)
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)  # noqa: E731
+    _require(number(bound) and bound >= 0, where, f"bad abs_bound {bound!r}")
+    _require(number(eb) and 0 <= eb <= bound, where, f"bad quantization bound eb {eb!r}")
+    _require(number(offset) and abs(offset) <= bound - eb, where, f"bad offset {offset!r}")
     books = cfg.get("codebooks")
     _require(isinstance(books, list) and all(isinstance(b, str) for b in books), where, "bad codebook list")
     return cfg

@@ -267,11 +267,11 @@ def write(
                     sample = _trial_sample(boxes)
                     best = min(units[L], key=lambda u: _size(compress(sample, u, ebs[f])))
                 if conserve_mean:
-                    result, offset = conserve(
+                    result, eb, offset = conserve(
                         lambda eb: compress(boxes, best, eb), boxes, ebs[f], list(lev.domain[0]), [best] * h.dim, chunks[L], dt.name
                     )
                 else:
-                    result, offset = compress(boxes, best, ebs[f]), 0.0
+                    result, eb, offset = compress(boxes, best, ebs[f]), ebs[f], 0.0
                 array_dir = level_dir / layout.field_dir(f)
                 array_dir.mkdir()
                 stored = 0
@@ -284,6 +284,7 @@ def write(
                     "unit": [best] * h.dim,
                     "origin": list(lev.domain[0]),
                     "abs_bound": ebs[f],
+                    "eb": eb,
                     "offset": offset,
                     "predictor": result["predictor"],
                     "codebooks": [layout.encode_bytes(b) for b in result["codebooks"]],
