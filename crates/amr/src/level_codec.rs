@@ -19,6 +19,9 @@ pub struct LevelStreams {
     pub blocks: usize,
     pub partial_blocks: usize,
     pub stored_cells: usize,
+    /// With `measure`: the sum of (decoded - original) over the stored finite cells, decoded
+    /// from the bytes written, and how many cells it covers.
+    pub error: Option<(f64, u64)>,
 }
 
 fn invalid(m: String) -> CodecError {
@@ -27,7 +30,8 @@ fn invalid(m: String) -> CodecError {
 
 /// Compresses the stored cells of `boxes` under the absolute bound `eb`. With `shared` false
 /// (an ablation), every chunk gets a codebook of its own. `adaptive_block` applies AMRIC's rule
-/// for the regression block edge.
+/// for the regression block edge. `measure` also decodes what was written to sum the errors
+/// (for keeping the level's mean).
 pub fn compress_level<T: Element>(
     boxes: &[BoxView<T>],
     tiling: &Tiling,
@@ -35,6 +39,7 @@ pub fn compress_level<T: Element>(
     eb: f64,
     adaptive_block: bool,
     shared: bool,
+    measure: bool,
 ) -> Result<LevelStreams> {
     let chunks = gather(boxes, tiling).map_err(invalid)?;
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
@@ -61,6 +66,30 @@ pub fn compress_level<T: Element>(
             set.finish(&codebooks[index], index as u32).map(|bytes| ((*idx).clone(), bytes))
         })
         .collect::<Result<_>>()?;
+    let error = if measure {
+        let pairs: Vec<(&Vec<Block<T>>, &Vec<u8>)> = chunks.values().zip(encoded.iter().map(|(_, b)| b)).collect();
+        // Summed chunk by chunk in lattice order, so the result does not depend on threads.
+        let per_chunk: Vec<(f64, u64)> = pairs
+            .par_iter()
+            .map(|&(blocks, bytes)| -> Result<(f64, u64)> {
+                let index = blockset::info(bytes)?.codebook_index as usize;
+                let decoded: Vec<Block<T>> = blockset::decode(bytes, &codebooks[index], &tiling.unit, eb, tiling.block_count())?;
+                Ok(blocks.iter().zip(&decoded).fold((0.0, 0), |acc, (a, b)| {
+                    a.values.iter().zip(&b.values).enumerate().fold(acc, |(sum, n), (i, (x, y))| {
+                        let (x, y) = (x.to_f64(), y.to_f64());
+                        if a.mask.as_ref().is_some_and(|m| !m[i]) || !x.is_finite() {
+                            (sum, n)
+                        } else {
+                            (sum + (y - x), n + 1)
+                        }
+                    })
+                }))
+            })
+            .collect::<Result<_>>()?;
+        Some(per_chunk.iter().fold((0.0, 0), |(s, n), &(a, b)| (s + a, n + b)))
+    } else {
+        None
+    };
     Ok(LevelStreams {
         codebooks: codebooks.iter().map(SharedCodebook::to_bytes).collect(),
         predictor: encoder.predictor().kind().name(),
@@ -68,6 +97,7 @@ pub fn compress_level<T: Element>(
         blocks: all.len(),
         partial_blocks: all.iter().filter(|b| b.mask.is_some()).count(),
         stored_cells: all.iter().map(|b| b.mask.as_ref().map_or(b.values.len(), |m| m.iter().filter(|&&v| v).count())).sum(),
+        error,
     })
 }
 
@@ -139,7 +169,10 @@ mod tests {
         ];
         let eb = 1e-4;
         for shared in [true, false] {
-            let level = compress_level(&boxes, &tiling, &Config::new(ErrorBound::Absolute(eb)), eb, true, shared).unwrap();
+            let level = compress_level(&boxes, &tiling, &Config::new(ErrorBound::Absolute(eb)), eb, true, shared, true).unwrap();
+            let (sum, count) = level.error.unwrap();
+            assert_eq!(count as usize, level.stored_cells);
+            assert!((sum / count as f64).abs() <= eb);
             assert_eq!(level.stored_cells, a.len() + b.len() - 4 * 16 * 4);
             let chunks: Vec<(Vec<i64>, &[u8])> = level.chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
             let books: Vec<&[u8]> = level.codebooks.iter().map(Vec::as_slice).collect();

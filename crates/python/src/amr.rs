@@ -33,6 +33,7 @@ fn compress_typed<'py, T: Element + numpy::Element>(
     eb: f64,
     adaptive_block: bool,
     shared: bool,
+    measure: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut arrays = Vec::with_capacity(boxes.len());
     for (lo, hi, data, stored) in boxes {
@@ -56,7 +57,7 @@ fn compress_typed<'py, T: Element + numpy::Element>(
         })
         .collect::<PyResult<_>>()?;
     let level = py
-        .detach(|| amrzip_codec::run_with_threads(cfg.threads, || amr::compress_level(&views, tiling, cfg, eb, adaptive_block, shared)))
+        .detach(|| amrzip_codec::run_with_threads(cfg.threads, || amr::compress_level(&views, tiling, cfg, eb, adaptive_block, shared, measure)))
         .map_err(to_py)?;
     let d = PyDict::new(py);
     d.set_item("codebooks", level.codebooks.iter().map(|c| PyBytes::new(py, c)).collect::<Vec<_>>())?;
@@ -69,16 +70,20 @@ fn compress_typed<'py, T: Element + numpy::Element>(
     d.set_item("blocks", level.blocks)?;
     d.set_item("partial_blocks", level.partial_blocks)?;
     d.set_item("stored_cells", level.stored_cells)?;
+    d.set_item("error", level.error)?;
     Ok(d)
 }
 
 /// compress_level(boxes, origin, unit, chunk, eb, preset, threads=None, predictor=None,
-/// adaptive_block=True, shared=True) -> dict
+/// adaptive_block=True, shared=True, measure=False) -> dict
+///
+/// With `measure`, `dict["error"]` is (sum of decoded - original, count) over the stored finite
+/// cells, from decoding what was written; else None.
 ///
 /// `boxes`: (lo, hi, array, stored mask or None) per box; arrays indexed [i, j, k], C- or
 /// Fortran-contiguous, all float32 or all float64; masks C-contiguous bool.
 #[pyfunction]
-#[pyo3(signature = (boxes, origin, unit, chunk, eb, preset, threads=None, predictor=None, adaptive_block=true, shared=true))]
+#[pyo3(signature = (boxes, origin, unit, chunk, eb, preset, threads=None, predictor=None, adaptive_block=true, shared=true, measure=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn compress_level<'py>(
     py: Python<'py>,
@@ -92,14 +97,15 @@ pub fn compress_level<'py>(
     predictor: Option<&str>,
     adaptive_block: bool,
     shared: bool,
+    measure: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config("abs", eb, preset, threads, predictor)?;
     let tiling = tiling(origin, unit, chunk)?;
     let is_f32 = boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok());
     if is_f32 {
-        compress_typed::<f32>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared)
+        compress_typed::<f32>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared, measure)
     } else {
-        compress_typed::<f64>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared)
+        compress_typed::<f64>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared, measure)
     }
 }
 

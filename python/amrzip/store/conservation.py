@@ -13,41 +13,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from amrzip import _core
 
 TOLERANCE = 0.02
 
 
-def error_stats(result: dict, boxes: list, origin, unit, chunk, eb: float, dtype: str) -> tuple[float, int]:
-    """Sum and count of (decoded - original) over the stored finite cells of ``boxes``."""
-    chunks = {tuple(i): b for i, b in result["chunks"]}
-    total, count = 0.0, 0
-    for lo, hi, a, stored in boxes:
-        first = [(l - o) // c for l, o, c in zip(lo, origin, chunk)]
-        last = [(h - o) // c for h, o, c in zip(hi, origin, chunk)]
-        touching = [(list(i), chunks[i]) for i in np.ndindex(*[b - f + 1 for f, b in zip(first, last)])
-                    for i in [tuple(f + k for f, k in zip(first, i))] if i in chunks]
-        d = _core.decode_region(touching, result["codebooks"], origin, unit, chunk, eb, lo, hi, dtype)
-        keep = np.isfinite(a) if stored is None else stored & np.isfinite(a)
-        e = d[keep].astype(np.float64) - a[keep]
-        total += float(e.sum())
-        count += int(e.size)
-    return total, count
-
-
-def conserve(compress, boxes: list, eb: float, origin, unit, chunk, dtype: str):
-    """``compress(eb)`` with the level's mean kept (see the module notes); returns the result,
-    the bound it was quantized with and the offset to add to every stored value on read (0 when
-    none is needed)."""
-    result = compress(eb)
-    if eb == 0 or not boxes:
-        return result, eb, 0.0
-    total, count = error_stats(result, boxes, origin, unit, chunk, eb, dtype)
-    if count == 0 or abs(total / count) <= TOLERANCE * eb:
+def conserve(compress, boxes: list, eb: float, dtype: str):
+    """``compress(eb, measure)`` with the level's mean kept (see the module notes); returns the
+    result, the bound it was quantized with and the offset to add to every stored value on read
+    (0 when none is needed). ``compress`` with ``measure=True`` reports the summed error of
+    what it wrote (``result["error"]``: sum, count)."""
+    result = compress(eb, True)
+    total, count = result["error"]
+    if eb == 0 or count == 0 or abs(total / count) <= TOLERANCE * eb:
         return result, eb, 0.0
     half = eb / 2
-    result = compress(half)
-    total, count = error_stats(result, boxes, origin, unit, chunk, half, dtype)
+    result = compress(half, True)
+    total, count = result["error"]
     # Room for the float rounding of value + offset, so the sum never leaves the bound.
     peak = max((float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for _, _, a, _ in boxes), default=0.0)
     room = eb - half - 4 * np.finfo(dtype).eps * peak

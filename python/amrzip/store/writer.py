@@ -256,10 +256,10 @@ def write(
                 boxes = [(list(lo), list(hi), _native(lev.box_data(f, i), dt), masks[L][i]) for i, (lo, hi) in enumerate(lev.boxes)]
                 original = sum(a.size for _, _, a, _ in boxes) * dt.itemsize
 
-                def compress(boxes, u, eb):
+                def compress(boxes, u, eb, measure=False):
                     return _core.compress_level(
                         boxes, list(lev.domain[0]), [u] * h.dim, chunks[L], eb, mode,
-                        threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle,
+                        threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle, measure=measure,
                     )
 
                 best = units[L][0]
@@ -267,9 +267,7 @@ def write(
                     sample = _trial_sample(boxes)
                     best = min(units[L], key=lambda u: _size(compress(sample, u, ebs[f])))
                 if conserve_mean:
-                    result, eb, offset = conserve(
-                        lambda eb: compress(boxes, best, eb), boxes, ebs[f], list(lev.domain[0]), [best] * h.dim, chunks[L], dt.name
-                    )
+                    result, eb, offset = conserve(lambda eb, measure: compress(boxes, best, eb, measure), boxes, ebs[f], dt.name)
                 else:
                     result, eb, offset = compress(boxes, best, ebs[f]), ebs[f], 0.0
                 array_dir = level_dir / layout.field_dir(f)
