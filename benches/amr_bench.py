@@ -60,6 +60,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amr_metrics as am  # noqa: E402
+from report import fmt, markdown_table  # noqa: E402
 from datasets import REAL_DATA_DIR  # noqa: E402
 
 import amrzip  # noqa: E402
@@ -368,20 +369,6 @@ def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
 # --- reporting ------------------------------------------------------------------------------------------------
 
 
-def _f(v, fmt=".2f"):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    return format(v, fmt)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
-
-
 def describe(name: str, h: Hierarchy, fields: list[str], leaves: am.Leaves) -> dict:
     per_level = []
     for L, lev in enumerate(h.levels):
@@ -393,7 +380,7 @@ def describe(name: str, h: Hierarchy, fields: list[str], leaves: am.Leaves) -> d
             "bytes_per_field": am.stored_bytes(h, fields[0])}
 
 
-def datasets_table(infos: list[dict]) -> str:
+def datasetsmarkdown_table(infos: list[dict]) -> str:
     rows = []
     for d in infos:
         lv = d["levels"]
@@ -401,26 +388,26 @@ def datasets_table(infos: list[dict]) -> str:
                      " / ".join(str(l["cells"]) for l in lv),
                      " / ".join(f"{100 * l['cells'] / l['domain_cells']:.1f}%" for l in lv),
                      f"{100 * d['leaf_cells'] / d['cells']:.1f}%", f"{d['bytes_per_field'] / 1e6:.2f}", ", ".join(d["fields"])])
-    return _table(["dataset", "type", "levels", "boxes per level", "cells per level", "level cover of its domain",
+    return markdown_table(["dataset", "type", "levels", "boxes per level", "cells per level", "level cover of its domain",
                    "leaf share of all cells", "MB per field (all cells)", "fields"], rows)
 
 
-def results_table(runs: list[Run]) -> str:
+def resultsmarkdown_table(runs: list[Run]) -> str:
     rows = []
     for r in runs:
         if r.error:
             rows.append([f"{r.dataset}/{r.field}", f"{r.bound:g}", r.method, f"ERROR {r.error}"[:70]] + [""] * 6)
             continue
-        eob = _f(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
-        mc = _f(r.mean_change, ".1e") + (" (of range)" if r.mean_ref == "range" else "")
-        rows.append([f"{r.dataset}/{r.field}", f"{r.bound:g}", r.method, _f(r.ratio), _f(r.ratio_incl_meta),
-                     "-" if r.metadata_bytes is None else str(r.metadata_bytes), _f(r.psnr, ".1f"), eob,
-                     _f(r.seconds, ".3f"), mc])
-    return _table(["dataset/field", "bound", "method", "ratio (payload)", "ratio incl. meta", "meta bytes",
+        eob = fmt(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
+        mc = fmt(r.mean_change, ".1e") + (" (of range)" if r.mean_ref == "range" else "")
+        rows.append([f"{r.dataset}/{r.field}", f"{r.bound:g}", r.method, fmt(r.ratio), fmt(r.ratio_incl_meta),
+                     "-" if r.metadata_bytes is None else str(r.metadata_bytes), fmt(r.psnr, ".1f"), eob,
+                     fmt(r.seconds, ".3f"), mc])
+    return markdown_table(["dataset/field", "bound", "method", "ratio (payload)", "ratio incl. meta", "meta bytes",
                    "PSNR dB (leaf)", "maxerr/eb (leaf)", "C+D s", "rel. change of mean"], rows)
 
 
-def metadata_table(runs: list[Run]) -> str:
+def metadatamarkdown_table(runs: list[Run]) -> str:
     """The store's metadata per run group: bytes and share of everything on disk, and how the ratio moves with it."""
     rows = []
     for (d, f, m) in dict.fromkeys((r.dataset, r.field, r.method) for r in runs if r.metadata_bytes is not None):
@@ -431,7 +418,7 @@ def metadata_table(runs: list[Run]) -> str:
             rows.append([f"{d}/{f}", m, span([r.metadata_bytes for r in rs], "d"),
                          span([100 * r.metadata_bytes / r.disk_bytes for r in rs], ".1f") + "%",
                          span([r.ratio_incl_meta / r.ratio for r in rs], ".3f")])
-    return _table(["dataset/field", "method", "meta bytes", "share of the bytes on disk",
+    return markdown_table(["dataset/field", "method", "meta bytes", "share of the bytes on disk",
                    "ratio incl. meta / payload ratio"], rows)
 
 
@@ -472,12 +459,12 @@ def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
              "\"ratio incl. meta\" column.  Geometric mean (min-max) over 9 PSNRs spread across the overlap of the two "
              "curves; log(ratio) is interpolated linearly in PSNR between the bounds' points.  n/a: fewer than 2 points "
              "or no overlap.", ""]
-    lines.append(_table(["dataset/field"] + [f"vs {m}" for m in others], rows) if others else "(one method only)")
+    lines.append(markdown_table(["dataset/field"] + [f"vs {m}" for m in others], rows) if others else "(one method only)")
     if meta_rows:
         lines += ["", "For information, the same with ours' store metadata counted (ratio incl. meta(ours) / ratio(method)): "
                   "the zarr.json documents are a fixed cost per box and level, large beside a small or very smooth "
                   "field's payload.", "",
-                  _table(["dataset/field"] + [f"vs {m}" for m in meta_others], meta_rows)]
+                  markdown_table(["dataset/field"] + [f"vs {m}" for m in meta_others], meta_rows)]
     if ref != "ours":
         lines += ["", "(ours not run: the table compares the baselines with per-box 3-D SZ3 instead)"]
     return "\n".join(lines), summary
@@ -610,18 +597,18 @@ def main(argv=None) -> int:
                     print(f"  {name}/{field:12s} {rel:<6g} {method:12s} {status}", file=sys.stderr, flush=True)
 
     print("## Datasets\n")
-    print(datasets_table(infos))
+    print(datasetsmarkdown_table(infos))
     print("\nratio = bytes of all cells of all levels (covered cells included, as stored by the source) / compressed "
           "payload bytes (SZ3 streams; for the store its chunk files + codebooks, with its metadata in \"meta bytes\" "
           "and \"ratio incl. meta\" = source bytes / every byte on disk); PSNR, maxerr/eb and the mean over leaf cells only; bound eb = rel x value range of the leaf cells; "
           "mean = volume-weighted over leaf cells, its change relative to |mean| (or to the range where the mean is ~0)."
           "\n")
     print("## Results\n")
-    print(results_table(runs))
+    print(resultsmarkdown_table(runs))
     print()
     if any(r.metadata_bytes is not None for r in runs):
         print("## Store metadata (zarr.json documents; not in the payload ratio, in \"ratio incl. meta\")\n")
-        print(metadata_table(runs))
+        print(metadatamarkdown_table(runs))
         print()
     if len(bounds) >= 2:
         text, rd = rate_distortion(runs)

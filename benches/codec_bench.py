@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datasets  # noqa: E402
+from report import fmt, markdown_table  # noqa: E402
 
 BOUNDS = [1e-2, 1e-3, 1e-4, 1e-5]
 
@@ -208,31 +209,17 @@ def run_case(name: str, arr: np.ndarray, rel: float, codec: Codec, repeat: int) 
 # --- reporting ------------------------------------------------------------------------------------------------
 
 
-def _f(v, fmt=".2f"):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    return format(v, fmt)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
-
-
-def results_table(results: list[Result]) -> str:
+def resultsmarkdown_table(results: list[Result]) -> str:
     rows = []
     for r in results:
         if r.error:
             rows.append([r.field, f"{r.bound:g}", r.codec, f"ERROR {r.error}"[:60]] + [""] * 7)
             continue
         # a violation gets enough digits to show its size (float32 rounding of eb shows up as 1.0000000x)
-        eob = _f(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
-        rows.append([r.field, f"{r.bound:g}", r.codec, _f(r.ratio), eob, _f(r.psnr, ".1f"),
-                     _f(r.c_mbs, ".0f"), _f(r.d_mbs, ".0f"), _f(r.c_mbs_mt, ".0f"), _f(r.d_mbs_mt, ".0f")])
-    return _table(["field", "bound", "codec", "ratio", "maxerr/eb", "PSNR dB", "C MB/s", "D MB/s",
+        eob = fmt(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
+        rows.append([r.field, f"{r.bound:g}", r.codec, fmt(r.ratio), eob, fmt(r.psnr, ".1f"),
+                     fmt(r.c_mbs, ".0f"), fmt(r.d_mbs, ".0f"), fmt(r.c_mbs_mt, ".0f"), fmt(r.d_mbs_mt, ".0f")])
+    return markdown_table(["field", "bound", "codec", "ratio", "maxerr/eb", "PSNR dB", "C MB/s", "D MB/s",
                    "C MB/s all-thr", "D MB/s all-thr"], rows)
 
 
@@ -263,11 +250,11 @@ def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tu
                 "amrzip_speed_ratio": speed and speed.ratio, "sz3_best": best and best.ratio,
                 "sz3_best_algo": best and best.codec, "ours_over_sz3": rel_}
         summ["cases"].append(case)
-        rows.append([f, f"{b:g}", _f(case["amrzip_ratio"]), _f(case["amrzip_speed_ratio"]),
-                     _f(case["sz3_best"]), best.codec.removeprefix("sz3-") if best else "-", _f(rel_, ".3f"),
+        rows.append([f, f"{b:g}", fmt(case["amrzip_ratio"]), fmt(case["amrzip_speed_ratio"]),
+                     fmt(case["sz3_best"]), best.codec.removeprefix("sz3-") if best else "-", fmt(rel_, ".3f"),
                      "" if rel_ is None else ("win" if rel_ >= 1 else "loss")])
     out += ["## Summary vs SZ3-best (max ratio over the three SZ3 algorithms)", "",
-            _table(["field", "bound", "amrzip-ratio", "amrzip-speed", "SZ3-best", "SZ3 algo", "ours/SZ3", ""], rows), ""]
+            markdown_table(["field", "bound", "amrzip-ratio", "amrzip-speed", "SZ3-best", "SZ3 algo", "ours/SZ3", ""], rows), ""]
 
     syn = [(f, b) for f, b in cases if f in synthetic]
 
@@ -299,22 +286,22 @@ def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tu
         need = math.ceil(0.75 * len(rr))  # 12 of the 16 full-run cases; same share on partial runs
         verdict("2_ratio_vs_sz3", "(2) ratio mode >= SZ3-best on >= 12/16 synthetic cases and geomean >= 1.0",
                 (wins >= need and g >= 1.0) if rr else None,
-                f"wins {wins}/{len(rr)} (need {need}), geomean {_f(g, '.3f')}")
+                f"wins {wins}/{len(rr)} (need {need}), geomean {fmt(g, '.3f')}")
         sc, sd = geomean(vs("amrzip-speed", "c_mbs", SZ3_DEFAULT, syn)), geomean(vs("amrzip-speed", "d_mbs", SZ3_DEFAULT, syn))
         sr = geomean(vs_best("amrzip-speed", syn))
         verdict("3_speed_mode", "(3) speed mode compress >= 3x, decompress >= 2x SZ3 (1 thread), ratio >= 0.7x SZ3-best",
                 None if math.isnan(sc) else (sc >= 3 and sd >= 2 and sr >= 0.7),
-                f"compress {_f(sc)}x, decompress {_f(sd)}x, ratio {_f(sr, '.3f')}x (geomeans)")
+                f"compress {fmt(sc)}x, decompress {fmt(sd)}x, ratio {fmt(sr, '.3f')}x (geomeans)")
         rc, rd = geomean(vs("amrzip-ratio", "c_mbs", SZ3_DEFAULT, syn)), geomean(vs("amrzip-ratio", "d_mbs", SZ3_DEFAULT, syn))
         verdict("4_ratio_mode_speed", "(4) ratio mode throughput >= SZ3 (1 thread, geomean)",
-                None if math.isnan(rc) else (rc >= 1 and rd >= 1), f"compress {_f(rc)}x, decompress {_f(rd)}x")
+                None if math.isnan(rc) else (rc >= 1 and rd >= 1), f"compress {fmt(rc)}x, decompress {fmt(rd)}x")
         parts, speedups = [], []
         for mode in ("amrzip-ratio", "amrzip-speed"):
             for d, st, mt in (("compress", "c_mbs", "c_mbs_mt"), ("decompress", "d_mbs", "d_mbs_mt")):
                 s = geomean([getattr(r, mt) / getattr(r, st) for r in ok.values()
                              if r.codec == mode and r.field in cubes and getattr(r, mt)])
                 speedups.append(s)
-                parts.append(f"{mode.removeprefix('amrzip-')} {d} {_f(s)}x")
+                parts.append(f"{mode.removeprefix('amrzip-')} {d} {fmt(s)}x")
         finite = [s for s in speedups if not math.isnan(s)]
         verdict("5_threads", f"(5) all threads ({os.cpu_count()}) >= 1.7x one thread on the 3-D cubes (geomean, each mode/direction)",
                 (min(finite) >= 1.7) if finite else None, ", ".join(parts))
@@ -323,8 +310,8 @@ def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tu
             rr = vs_best("amrzip-ratio", real)
             summ["real_ours_over_sz3_geomean"] = geomean(rr)
             lines.append(f"- info: real AMR fields, ratio mode vs SZ3-best: wins {sum(x >= 1 for x in rr)}/{len(rr)}, "
-                         f"geomean {_f(geomean(rr), '.3f')}; speed mode vs SZ3-best geomean "
-                         f"{_f(geomean(vs_best('amrzip-speed', real)), '.3f')}")
+                         f"geomean {fmt(geomean(rr), '.3f')}; speed mode vs SZ3-best geomean "
+                         f"{fmt(geomean(vs_best('amrzip-speed', real)), '.3f')}")
 
     viol = {}  # codec -> [violations, of which rounding-level (<= 1 + 1e-6), cases]
     for r in results:
@@ -412,7 +399,7 @@ def main(argv=None) -> int:
                                      f"C {r.c_mbs:7.1f} MB/s  D {r.d_mbs:7.1f} MB/s" + ("  !!VIOLATION" if r.violation else ""))
                 print(f"  {name:30s} {rel:<6g} {codec.name:20s} {status}", file=sys.stderr, flush=True)
     print("## Results\n")
-    print(results_table(results))
+    print(resultsmarkdown_table(results))
     print()
     text, summary = summarize(results, synthetic, cubes)
     print(text)

@@ -38,8 +38,25 @@ def _as_box(box, dim: int) -> Box:
     return lo, hi
 
 
+class LevelGeometry:
+    """What a level's ``boxes`` and ``ref_ratios`` tell, shared by the in-memory levels and the
+    store's level views."""
+
+    boxes: list
+    ref_ratios: tuple
+
+    @property
+    def ref_ratio(self):
+        """Refinement ratio to the next level: an int when the same in every dimension."""
+        return ratio_value(self.ref_ratios)
+
+    @property
+    def num_boxes(self) -> int:
+        return len(self.boxes)
+
+
 @dataclass
-class Level:
+class Level(LevelGeometry):
     """One refinement level.
 
     ``boxes`` are the level's boxes; ``ref_ratios`` refine this level into the next one (all 1
@@ -58,15 +75,6 @@ class Level:
     @property
     def dim(self) -> int:
         return len(self.dx)
-
-    @property
-    def ref_ratio(self):
-        """Refinement ratio to the next level: an int when the same in every dimension."""
-        return ratio_value(self.ref_ratios)
-
-    @property
-    def num_boxes(self) -> int:
-        return len(self.boxes)
 
     def box_data(self, field: str, i: int) -> np.ndarray:
         """The array of box ``i`` for ``field``, indexed ``[i, j, k]`` (x first)."""

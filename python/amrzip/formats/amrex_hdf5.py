@@ -25,19 +25,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from amrzip.amr.hierarchy import Hierarchy, Level, box_shape
+from amrzip.amr.hierarchy import Hierarchy, Level
 from amrzip.formats.chombo import (
     FlatSource,
     HandleCache,
     open_hdf5,
-    level_ratios,
+    level_domains,
+    level_geometry,
+    physical_extent,
     as_scalar,
     as_str,
     boxes_of,
     component_names,
-    compound_box,
     ghost_width,
     int_vector,
     make_loader,
@@ -81,12 +80,7 @@ def read_amrex_hdf5(path) -> Hierarchy:
             nlev = 0
             while f"level_{nlev}" in f:
                 nlev += 1
-        domains = []
-        for L in range(nlev):
-            g = f.get(f"level_{L}")
-            if g is None or "prob_domain" not in g.attrs:
-                raise ValueError(f"{path}: level_{L} is missing or has no prob_domain")
-            domains.append(compound_box(g.attrs["prob_domain"], dim))
+        domains = level_domains(f, nlev, dim, where)
         handles = HandleCache(path)
         levels = []
         steps = []
@@ -119,31 +113,11 @@ def read_amrex_hdf5(path) -> Hierarchy:
                 for k, name in enumerate(names):
                     entries[name] = (first, offsets, k, ghost)
             layouts.append("multi-dataset" if multi else "single-dataset")
-            if "Vec_dx" in g.attrs or "vec_dx" in g.attrs:
-                dx = tuple(float(v) for v in np.asarray(g.attrs.get("Vec_dx", g.attrs.get("vec_dx"))).reshape(-1)[:dim])
-            elif "dx" in g.attrs:
-                dx = (as_scalar(g.attrs["dx"]),) * dim
-            else:
-                raise ValueError(f"{lw}: no dx attribute")
-            if L + 1 < nlev:
-                try:
-                    ratios = level_ratios(g.attrs.get("ref_ratio"), domains[L], domains[L + 1], dim)
-                except ValueError as e:
-                    raise ValueError(f"{lw}: cannot tell the refinement ratio to level {L + 1}") from e
-            else:
-                ratios = (1,) * dim
+            dx, ratios = level_geometry(g, L, domains, dim, lw)
             steps.append(as_scalar(g.attrs["steps"], int) if "steps" in g.attrs else 0)
             levels.append(Level(boxes, ratios, dx, domains[L], [0] * len(boxes), list(names), make_loader(entries, boxes)))
         g0 = f["level_0"]
-        dx0 = np.array(levels[0].dx)
-        if "prob_lo" in g0.attrs:
-            prob_lo = np.asarray(g0.attrs["prob_lo"], dtype=float).reshape(-1)[:dim]
-        else:
-            prob_lo = dx0 * np.array(domains[0][0], dtype=float)
-        if "prob_hi" in g0.attrs:
-            prob_hi = np.asarray(g0.attrs["prob_hi"], dtype=float).reshape(-1)[:dim]
-        else:
-            prob_hi = prob_lo + dx0 * np.array(box_shape(domains[0]), dtype=float)
+        prob_lo, prob_hi = physical_extent(g0, levels[0].dx, domains[0], dim)
         time = f.attrs.get("time", g0.attrs.get("time", 0.0))
         coord = as_scalar(f.attrs["coordinate_system"], int) if "coordinate_system" in f.attrs else 0
         attrs = {

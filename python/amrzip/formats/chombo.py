@@ -228,6 +228,48 @@ def level_ratios(attr, coarse: Box, fine: Optional[Box], dim: int) -> tuple[int,
     return int_vector(attr, dim)
 
 
+def level_domains(f, nlev: int, dim: int, where: str) -> list[Box]:
+    """Each level's index domain (``prob_domain``) from groups ``level_0`` .. ``level_<nlev-1>``."""
+    domains = []
+    for L in range(nlev):
+        g = f.get(f"level_{L}")
+        if g is None or "prob_domain" not in g.attrs:
+            raise ValueError(f"{where}: level_{L} is missing or has no prob_domain")
+        domains.append(compound_box(g.attrs["prob_domain"], dim))
+    return domains
+
+
+def physical_extent(g0, dx0, domain0: Box, dim: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """prob_lo and prob_hi: level 0's attributes where written, else from its domain and dx."""
+    dx0 = np.array(dx0, dtype=float)
+    if "prob_lo" in g0.attrs:
+        lo = np.asarray(g0.attrs["prob_lo"], dtype=float).reshape(-1)[:dim]
+    else:
+        lo = dx0 * np.array(domain0[0], dtype=float)
+    if "prob_hi" in g0.attrs:
+        hi = np.asarray(g0.attrs["prob_hi"], dtype=float).reshape(-1)[:dim]
+    else:
+        hi = lo + dx0 * np.array(box_shape(domain0), dtype=float)
+    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+
+def level_geometry(g, L: int, domains: list, dim: int, where: str) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """Cell size and refinement ratio to the next level of level group ``g`` (level ``L`` of
+    ``len(domains)``), as Chombo and AMReX's HDF5 writer record them."""
+    if "vec_dx" in g.attrs or "Vec_dx" in g.attrs:
+        dx = tuple(float(v) for v in np.asarray(g.attrs.get("vec_dx", g.attrs.get("Vec_dx"))).reshape(-1)[:dim])
+    elif "dx" in g.attrs:
+        dx = (as_scalar(g.attrs["dx"]),) * dim
+    else:
+        raise ValueError(f"{where}: no dx attribute")
+    if L + 1 == len(domains):
+        return dx, (1,) * dim
+    try:
+        return dx, level_ratios(g.attrs.get("ref_ratio"), domains[L], domains[L + 1], dim)
+    except ValueError as e:
+        raise ValueError(f"{where}: cannot tell the refinement ratio to level {L + 1}") from e
+
+
 def is_chombo(f) -> bool:
     """An open h5py file with Chombo's layout: ``level_0`` holding ``boxes`` and a ``...:datatype=0``."""
     g = f.get("level_0")
@@ -305,12 +347,7 @@ def read_chombo(path) -> Hierarchy:
         while nlev > 1 and "boxes" not in f.get(f"level_{nlev - 1}", {}):
             nlev -= 1
         handles = HandleCache(path)
-        domains = []
-        for L in range(nlev):
-            g = f.get(f"level_{L}")
-            if g is None or "prob_domain" not in g.attrs:
-                raise ValueError(f"{path}: level_{L} is missing or has no prob_domain")
-            domains.append(compound_box(g.attrs["prob_domain"], dim))
+        domains = level_domains(f, nlev, dim, where)
         levels: list[Level] = []
         fields: Optional[list[str]] = None
         ghosts: dict = {}
@@ -342,30 +379,13 @@ def read_chombo(path) -> Hierarchy:
                 fields = names_here
             elif sorted(fields) != sorted(names_here):
                 raise ValueError(f"{lw}: fields {names_here} differ from level 0's {fields}")
-            if "vec_dx" in g.attrs or "Vec_dx" in g.attrs:
-                dx = tuple(float(v) for v in np.asarray(g.attrs.get("vec_dx", g.attrs.get("Vec_dx"))).reshape(-1)[:dim])
-            elif "dx" in g.attrs:
-                dx = (as_scalar(g.attrs["dx"]),) * dim
-            else:
-                raise ValueError(f"{lw}: no dx attribute")
-            if L + 1 < nlev:
-                try:
-                    ratios = level_ratios(g.attrs.get("ref_ratio"), domains[L], domains[L + 1], dim)
-                except ValueError as e:
-                    raise ValueError(f"{lw}: cannot tell the refinement ratio to level {L + 1}") from e
-            else:
-                ratios = (1,) * dim
+            dx, ratios = level_geometry(g, L, domains, dim, lw)
             owners = [0] * len(boxes)
             if "Processors" in g and g["Processors"].size == len(boxes):
                 owners = [int(v) for v in np.asarray(g["Processors"][()]).reshape(-1)]
             levels.append(Level(boxes, ratios, dx, domains[L], owners, fields, make_loader(entries, boxes)))
         g0 = f["level_0"]
-        dx0 = np.array(levels[0].dx)
-        if "prob_lo" in g0.attrs:
-            prob_lo = np.asarray(g0.attrs["prob_lo"], dtype=float).reshape(-1)[:dim]
-        else:
-            prob_lo = dx0 * np.array(domains[0][0], dtype=float)
-        prob_hi = prob_lo + dx0 * np.array(box_shape(domains[0]), dtype=float)
+        prob_lo, prob_hi = physical_extent(g0, levels[0].dx, domains[0], dim)
         time = f.attrs.get("time", g0.attrs.get("time", 0.0))
         step = f.attrs.get("current_step", f.attrs.get("iteration", 0))
         attrs = {

@@ -16,7 +16,7 @@ import numpy as np
 
 from amrzip import _core
 from amrzip.amr.boxes import coarsen, intersect, refine
-from amrzip.amr.hierarchy import Box, Hierarchy, Level, box_shape, ratio_value
+from amrzip.amr.hierarchy import Box, Hierarchy, Level, LevelGeometry, box_shape
 from amrzip.store import layout
 from amrzip.store.layout import StoreError
 
@@ -86,7 +86,7 @@ class FieldView:
         return (self.box(i) for i in range(len(self)))
 
 
-class LevelView:
+class LevelView(LevelGeometry):
     """One level's geometry and fields."""
 
     def __init__(self, ds: "Dataset", L: int, meta: dict):
@@ -97,15 +97,6 @@ class LevelView:
         self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
         self.owners = list(meta["owners"])
         self.chunk = tuple(meta["chunk"])
-
-    @property
-    def ref_ratio(self):
-        """Refinement ratio to the next level: an int when the same in every dimension."""
-        return ratio_value(self.ref_ratios)
-
-    @property
-    def num_boxes(self) -> int:
-        return len(self.boxes)
 
     def field(self, name: str) -> FieldView:
         if name not in self._ds.fields:
