@@ -286,3 +286,51 @@ def test_box_reads_touch_under_a_tenth_of_their_array(tmp_path):
             fresh = amrzip.open(tmp_path / "s")
             fresh.read("density", region=box, level=L, covered="nan")
             assert fresh.bytes_read < 0.1 * total, (L, box, fresh.bytes_read, total)
+
+
+def _mutations(doc, path=()):
+    """Every (path, hostile value) for the JSON tree ``doc``: wrong types, out-of-range and
+    huge numbers, empty containers."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _mutations(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:3]):
+            yield from _mutations(v, path + (i,))
+        yield path, []
+    for bad in (None, "x", -1, 10**12, 1e308, [1, 2], {}):
+        yield path, bad
+
+
+def _set(doc, path, value):
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value
+
+
+@pytest.mark.parametrize("which", ["snapshot", "array"])
+def test_hostile_metadata_fails_cleanly(tmp_path, which):
+    # Every field of the snapshot's and an array's zarr.json replaced by a hostile value: opening
+    # and reading either works or raises a clear error (StoreError, ValueError, KeyError,
+    # IndexError) -- never another exception, a crash or a hang.
+    h = two_level(dim=2, n=16, fields=("rho",))
+    amrzip.write(h, tmp_path / "s", rel=1e-3, snapshot="x")
+    target = tmp_path / "s" / "x" / ("zarr.json" if which == "snapshot" else "level_0/rho/zarr.json")
+    original = json.loads(target.read_text())
+    seen = 0
+    for path, value in _mutations(original):
+        if not path:
+            continue
+        doc = json.loads(json.dumps(original))
+        _set(doc, path, value)
+        target.write_text(json.dumps(doc))
+        try:
+            ds = amrzip.open(tmp_path / "s")
+            for L in range(ds.num_levels):
+                ds.read("rho", level=L)
+        except (StoreError, ValueError, KeyError, IndexError):
+            pass
+        seen += 1
+    target.write_text(json.dumps(original))
+    assert seen > 50
+    assert_round_trip(h, amrzip.open(tmp_path / "s"))

@@ -31,7 +31,7 @@ def snapshots(path) -> list[str]:
     if not (path / "zarr.json").exists():
         raise StoreError(f"{path}: not an amrzip store (no zarr.json)")
     doc = layout.read_json(path / "zarr.json")
-    meta = doc.get("attributes", {}).get("amrzip") if isinstance(doc.get("attributes"), dict) else None
+    meta = layout.dig(doc, "attributes", "amrzip")
     if not isinstance(meta, dict) or meta.get("store_version") != layout.STORE_VERSION:
         raise StoreError(f"{path / 'zarr.json'}: not an amrzip store of version {layout.STORE_VERSION}")
     names = meta.get("snapshots")
@@ -110,8 +110,7 @@ class Dataset:
     def __init__(self, path):
         self.path = Path(path)
         doc = layout.read_json(self.path / "zarr.json")
-        attrs = doc.get("attributes")
-        self.meta = layout.validate_snapshot(attrs.get("amrzip") if isinstance(attrs, dict) else None, self.path / "zarr.json")
+        self.meta = layout.validate_snapshot(layout.dig(doc, "attributes", "amrzip"), self.path / "zarr.json")
         self.fields: list[str] = list(self.meta["fields"])
         self.dim: int = self.meta["dim"]
         self._levels = [LevelView(self, L, m) for L, m in enumerate(self.meta["levels"])]
@@ -158,8 +157,8 @@ class Dataset:
             where = self.path / f"level_{L}" / layout.field_dir(field) / "zarr.json"
             self.bytes_read += where.stat().st_size if where.exists() else 0
             doc = layout.read_json(where)
-            cfg = layout.validate_codec(doc, where, self.dim, lev.chunk)
-            stats = doc.get("attributes", {}).get("amrzip", {})
+            cfg = layout.validate_codec(doc, where, self.dim, lev.chunk, box_shape(lev.domain))
+            stats = layout.dig(doc, "attributes", "amrzip")
             self._arrays[key] = {
                 "dir": where.parent,
                 "dtype": doc["data_type"],

@@ -149,6 +149,15 @@ def array_doc(shape, chunk, dtype: str, codec_config: dict, attributes: dict) ->
     }
 
 
+def dig(doc, *keys):
+    """``doc[k1][k2]...`` through JSON objects, or None where one is missing or not an object."""
+    for k in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(k)
+    return doc
+
+
 def _require(cond: bool, where, what: str) -> None:
     if not cond:
         raise StoreError(f"{where}: {what}")
@@ -170,6 +179,9 @@ def validate_snapshot(meta, where) -> dict:
     for key in ("prob_lo", "prob_hi"):
         v = meta.get(key)
         _require(isinstance(v, list) and len(v) == dim and all(isinstance(x, (int, float)) for x in v), where, f"bad {key}")
+    for key, kinds in (("time", (int, float)), ("step", (int,)), ("coord_sys", (int,))):
+        v = meta.get(key, 0)
+        _require(isinstance(v, kinds) and not isinstance(v, bool) and np.isfinite(v), where, f"bad {key} {v!r}")
     levels = meta.get("levels")
     _require(isinstance(levels, list) and levels, where, "no levels")
     for L, lev in enumerate(levels):
@@ -189,20 +201,26 @@ def validate_snapshot(meta, where) -> dict:
         _require(isinstance(dx, list) and len(dx) == dim and all(isinstance(x, (int, float)) for x in dx), w, "bad dx")
         _require(_int_list(lev.get("chunk"), dim) and all(c > 0 for c in lev["chunk"]), w, "bad chunk shape")
     _require(levels[-1]["ref_ratio"] == [1] * dim, where, "the finest level must have ref_ratio 1")
+    for L in range(len(levels) - 1):
+        (lo, hi), r = levels[L]["domain"], levels[L]["ref_ratio"]
+        refined = [[l * q for l, q in zip(lo, r)], [(h + 1) * q - 1 for h, q in zip(hi, r)]]
+        _require(levels[L + 1]["domain"] == refined, where, f"level {L + 1}'s domain is not level {L}'s refined by {r}")
     bounds = meta.get("bounds")
     _require(isinstance(bounds, dict) and set(bounds) == set(fields), where, "bounds must list every field")
     return meta
 
 
-def validate_codec(doc, where, dim: int, chunk) -> dict:
-    """Checks an array's zarr.json against the level it belongs to; returns the codec config."""
+def validate_codec(doc, where, dim: int, chunk, shape) -> dict:
+    """Checks an array's zarr.json against the level it belongs to (its chunk shape and the
+    shape of its domain); returns the codec config."""
     _require(doc.get("zarr_format") == 3 and doc.get("node_type") == "array", where, "not a Zarr v3 array")
+    _require(doc.get("shape") == list(shape), where, f"shape {doc.get('shape')!r} differs from the level's domain {list(shape)!r}")
     _require(doc.get("data_type") in ("float32", "float64"), where, f"unsupported data type {doc.get('data_type')!r}")
-    grid = doc.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape")
+    grid = dig(doc, "chunk_grid", "configuration", "chunk_shape")
     _require(grid == list(chunk), where, f"chunk shape {grid!r} differs from the snapshot's {list(chunk)!r}")
     codecs = doc.get("codecs")
-    _require(isinstance(codecs, list) and len(codecs) == 1 and codecs[0].get("name") == CODEC_NAME, where, f"not stored with the {CODEC_NAME} codec")
-    cfg = codecs[0].get("configuration")
+    _require(isinstance(codecs, list) and len(codecs) == 1 and dig(codecs[0], "name") == CODEC_NAME, where, f"not stored with the {CODEC_NAME} codec")
+    cfg = dig(codecs[0], "configuration")
     _require(isinstance(cfg, dict), where, "codec configuration missing")
     unit = cfg.get("unit")
     _require(_int_list(unit, dim) and all(1 <= u <= c and c % u == 0 for u, c in zip(unit, chunk)), where, f"unit block {unit!r} does not tile the chunk {list(chunk)!r}")
