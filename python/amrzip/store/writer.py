@@ -124,8 +124,9 @@ def _layout(h: Hierarchy, L: int, unit, chunk) -> tuple[list[int], list[int]]:
     return [edge] * h.dim, units
 
 
-# A unit block edge is chosen by compressing a sample of the level's boxes of about this many cells.
-TRIAL_CELLS = 1 << 20
+# A unit block edge is chosen by compressing a sample of the level's boxes of about this many cells
+# (on the benchmark hierarchies a quarter million picks as well as a million, in a quarter the time).
+TRIAL_CELLS = 1 << 18
 
 
 def _trial_sample(boxes: list) -> list:
