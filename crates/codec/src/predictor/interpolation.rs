@@ -117,11 +117,18 @@ impl Stencil {
         self
     }
 
+    /// Smallest and largest offset: the span of buffer indices a prediction reads.
+    fn reach(&self) -> (isize, isize) {
+        (*self.offsets.iter().min().expect("four offsets"), *self.offsets.iter().max().expect("four offsets"))
+    }
+
+    /// The prediction at `i`. Safety: `i + offset` must be within the buffer for every offset
+    /// (callers check a whole line or row with `SharedBuf::check_span` first).
     #[inline(always)]
-    fn predict<T: Element>(&self, buf: &SharedBuf<T>, i: usize) -> f64 {
+    unsafe fn predict<T: Element>(&self, buf: &SharedBuf<T>, i: usize) -> f64 {
         let mut p = 0.0;
         for j in 0..4 {
-            p += self.weights[j] * buf.get(i.wrapping_add_signed(self.offsets[j])).to_f64();
+            p += self.weights[j] * buf.get_unchecked(i.wrapping_add_signed(self.offsets[j])).to_f64();
         }
         p
     }
@@ -143,17 +150,24 @@ impl<T: Copy> SharedBuf<T> {
     fn new(buf: &mut [T]) -> Self {
         SharedBuf { ptr: buf.as_mut_ptr(), len: buf.len() }
     }
+    /// Panics unless every index from `first + low` to `last + high` is within the buffer: one
+    /// check per line or row, so the points inside need none.
     #[inline(always)]
-    fn get(&self, i: usize) -> T {
-        assert!(i < self.len);
-        // Safety: in bounds; see the type's comment for why no write races with this read.
-        unsafe { *self.ptr.add(i) }
+    fn check_span(&self, first: usize, last: usize, (low, high): (isize, isize)) {
+        assert!(first.checked_add_signed(low).is_some() && last.checked_add_signed(high).is_some_and(|end| end < self.len));
     }
+    /// Safety: `i` in bounds (see `check_span`); see the type's comment for why no write races
+    /// with this read.
     #[inline(always)]
-    fn set(&self, i: usize, v: T) {
-        assert!(i < self.len);
-        // Safety: in bounds; this line is the only writer of `i` (see the type's comment).
-        unsafe { *self.ptr.add(i) = v }
+    unsafe fn get_unchecked(&self, i: usize) -> T {
+        debug_assert!(i < self.len);
+        *self.ptr.add(i)
+    }
+    /// Safety: `i` in bounds; this line is the only writer of `i` (see the type's comment).
+    #[inline(always)]
+    unsafe fn set_unchecked(&self, i: usize, v: T) {
+        debug_assert!(i < self.len);
+        *self.ptr.add(i) = v
     }
 }
 
@@ -161,9 +175,14 @@ impl<T: Copy> SharedBuf<T> {
 /// (odd multiples of `s` in increasing order).
 #[inline(always)]
 fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], s: usize, n: usize, spline: Spline, v: &mut V) {
+    let Some((&first, &last)) = xs.first().zip(xs.last()) else { return };
+    // Every stencil of the line reads within it: its points and their known neighbours.
+    buf.check_span(base + first, base + last, (-(first as isize), (n - 1 - last) as isize));
     let mut visit_with = |x: usize, st: &Stencil| {
         let i = base + x;
-        buf.set(i, v.visit(buf.get(i), st.predict(buf, i)));
+        // Safety: the stencils of a line reach only indices of that line (Stencil::new keeps
+        // x + offset within 0..n), checked in bounds above.
+        unsafe { buf.set_unchecked(i, v.visit(buf.get_unchecked(i), st.predict(buf, i))) };
     };
     if s == 0 {
         for &x in xs {
@@ -192,9 +211,14 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
 /// position `x` along the refined dimension, hence one stencil, applied across the row.
 #[inline(always)]
 fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], st: &Stencil, v: &mut V) {
+    let Some((&first, &last)) = cs.first().zip(cs.last()) else { return };
+    let (low, high) = st.reach();
+    buf.check_span(base + first, base + last, (low.min(0), high.max(0)));
     for &c in cs {
         let i = base + c;
-        buf.set(i, v.visit(buf.get(i), st.predict(buf, i)));
+        // Safety: cs increases, so every read lies between base + first + low and
+        // base + last + high, checked above.
+        unsafe { buf.set_unchecked(i, v.visit(buf.get_unchecked(i), st.predict(buf, i))) };
     }
 }
 
