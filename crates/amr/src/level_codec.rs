@@ -116,8 +116,10 @@ pub fn decode_region<T: Element>(
     if region_lo.len() != nd || region_hi.len() != nd || region_lo.iter().zip(region_hi).any(|(l, h)| h < l) {
         return Err(invalid(format!("region {region_lo:?}..{region_hi:?} is not a non-empty {nd}-dimensional box")));
     }
-    let n = region_lo.iter().zip(region_hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
-    let n = n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
+    let n =
+        region_lo.iter().zip(region_hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
+    let n =
+        n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
     let decoded: Vec<Vec<Block<T>>> = chunks
         .par_iter()
         .map(|(idx, bytes)| {

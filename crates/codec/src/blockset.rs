@@ -105,7 +105,8 @@ impl BlockSetEncoder {
         let q = Quantizer::new(eb, DEFAULT_RADIUS);
         let n = unit.iter().product::<usize>();
         // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
-        let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) = sample.iter().filter(|b| b.values.len() == n).partition(|b| b.mask.is_none());
+        let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) =
+            sample.iter().filter(|b| b.values.len() == n).partition(|b| b.mask.is_none());
         let pool: Vec<&&Block<T>> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
         let step = pool.len().div_ceil(SAMPLE_BLOCKS).max(1);
         let samples: Vec<(Vec<T>, Vec<usize>)> = pool.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
@@ -201,9 +202,11 @@ impl<T: Element> PredictedSet<T> {
     pub fn finish(&self, codebook: &SharedCodebook, codebook_index: u32) -> Result<Vec<u8>> {
         // The predictor settings most blocks share are written once; a block whose side
         // information is empty uses them.
-        let common = self.blocks.iter().map(|b| (b.kind, b.coded.side.as_slice())).max_by_key(|&(k, side)| {
-            (self.blocks.iter().filter(|b| b.kind == k && b.coded.side == side).count(), side.len())
-        });
+        let common = self
+            .blocks
+            .iter()
+            .map(|b| (b.kind, b.coded.side.as_slice()))
+            .max_by_key(|&(k, side)| (self.blocks.iter().filter(|b| b.kind == k && b.coded.side == side).count(), side.len()));
         let (common_kind, common_side) = common.unwrap_or((PredictorKind::Lorenzo, &[]));
         let mut raw = Vec::new();
         let mut previous: Option<u64> = None;
@@ -363,7 +366,7 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     if codebook.0.symbol_limit() > q.alphabet() {
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
-    let symbols = read_segments(&mut r, total, &codebook.0)?;
+    let (symbols, _) = read_segments(&mut r, total, &codebook.0)?;
     let mut starts = Vec::with_capacity(counts.len());
     counts.iter().fold(0, |acc, &c| {
         starts.push(acc);
@@ -378,7 +381,7 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
                 None => Cow::Borrowed(coded),
                 Some(mask) => Cow::Owned(with_absent(kind, parts.side, mask, unit, &q, coded)?),
             };
-            let mut values = predictor::decode(kind, unit, &q, &syms, &parts.exact, parts.side)?;
+            let mut values = predictor::decode(kind, unit, &q, &syms, None, &parts.exact, parts.side)?;
             for (i, x) in parts.patches {
                 values[i] = x;
             }

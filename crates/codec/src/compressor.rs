@@ -15,7 +15,7 @@ use crate::entropy::offline;
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
-use crate::predictor::{self, Predictor};
+use crate::predictor::{self, Predictor, ZeroCounts};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
 use crate::stream::{ChunkEntry, CodebookSource, Header, Stream, MAX_CHUNK_ELEMENTS};
@@ -285,8 +285,9 @@ pub(crate) fn read_parts<'a, T: Element>(r: &mut ByteReader<'a>, n: usize) -> Re
     Ok(Parts { patches, side, exact })
 }
 
-/// Reads the Huffman segments of `n` symbols (the rest of `r`) and decodes them.
-pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -> Result<Vec<u16>> {
+/// Reads the Huffman segments of `n` symbols (the rest of `r`) and decodes them; also counts
+/// their zeros per block while each segment is in cache.
+pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -> Result<(Vec<u16>, ZeroCounts)> {
     let n_segments = n.div_ceil(SEGMENT_SYMBOLS);
     let mut segments = Vec::with_capacity(n_segments.min(r.remaining()));
     let lengths: Vec<usize> =
@@ -304,16 +305,20 @@ pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -
         return Err(corrupt!("{} unexpected bytes after the last Huffman segment", r.remaining()));
     }
     let mut symbols = vec![0u16; n];
-    symbols.par_chunks_mut(SEGMENT_SYMBOLS).zip(&segments).try_for_each(|(out, bits)| codebook.decode(bits, out))?;
-    Ok(symbols)
+    let blocks: Vec<Vec<usize>> = symbols
+        .par_chunks_mut(SEGMENT_SYMBOLS)
+        .zip(&segments)
+        .map(|(out, bits)| codebook.decode(bits, out).map(|_| ZeroCounts::blocks_of(out)))
+        .collect::<Result<_>>()?;
+    Ok((symbols, ZeroCounts::from_blocks(blocks.concat())))
 }
 
 fn decode_chunk<T: Element>(raw: &[u8], entry: &ChunkEntry, b: &ChunkBox, codebook: &Codebook, q: &Quantizer) -> Result<Vec<T>> {
     let n = b.len();
     let mut r = ByteReader::new(raw);
     let parts = read_parts::<T>(&mut r, n)?;
-    let symbols = read_segments(&mut r, n, codebook)?;
-    let mut values = predictor::decode(entry.predictor, &b.shape, q, &symbols, &parts.exact, parts.side)?;
+    let (symbols, zeros) = read_segments(&mut r, n, codebook)?;
+    let mut values = predictor::decode(entry.predictor, &b.shape, q, &symbols, Some(&zeros), &parts.exact, parts.side)?;
     for (i, x) in parts.patches {
         values[i] = x;
     }

@@ -57,7 +57,9 @@ fn compress_typed<'py, T: Element + numpy::Element>(
         })
         .collect::<PyResult<_>>()?;
     let level = py
-        .detach(|| amrzip_codec::run_with_threads(cfg.threads, || amr::compress_level(&views, tiling, cfg, eb, adaptive_block, shared, measure)))
+        .detach(|| {
+            amrzip_codec::run_with_threads(cfg.threads, || amr::compress_level(&views, tiling, cfg, eb, adaptive_block, shared, measure))
+        })
         .map_err(to_py)?;
     let d = PyDict::new(py);
     d.set_item("codebooks", level.codebooks.iter().map(|c| PyBytes::new(py, c)).collect::<Vec<_>>())?;
@@ -121,8 +123,9 @@ fn decode_typed<'py, T: Element + numpy::Element>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let chunk_refs: Vec<(Vec<i64>, &[u8])> = chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
     let books: Vec<&[u8]> = codebooks.iter().map(Vec::as_slice).collect();
-    let values: Vec<T> =
-        py.detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_region(&chunk_refs, &books, tiling, eb, lo, hi))).map_err(to_py)?;
+    let values: Vec<T> = py
+        .detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_region(&chunk_refs, &books, tiling, eb, lo, hi)))
+        .map_err(to_py)?;
     let shape: Vec<usize> = lo.iter().zip(hi).map(|(&l, &h)| (h - l + 1) as usize).collect();
     Ok(PyArray1::from_vec(py, values).reshape(shape)?.into_any())
 }

@@ -10,7 +10,7 @@
 //! Side information: the spline (u8: 0 linear, 1 cubic, 2 natural cubic), the dimension order
 //! (u8), then the level-bound tuning (u8, an index into `TUNINGS`).
 
-use super::{Coded, DecodeVisitor, EncodeVisitor, Visit};
+use super::{Coded, DecodeVisitor, EncodeVisitor, Visit, ZeroCounts};
 use crate::bytes::ByteReader;
 use crate::element::Element;
 use crate::error::{corrupt, Result};
@@ -409,10 +409,10 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
 /// the unpredictable symbols before it.
-fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], exact: &[T]) -> Result<()> {
+fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &ZeroCounts, exact: &[T]) -> Result<()> {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let n = buf.len();
-    if symbols.len() != n || symbols.par_chunks(GROUP_POINTS).map(|g| g.iter().filter(|&&s| s == 0).count()).sum::<usize>() != exact.len() {
+    if symbols.len() != n || zeros.total() != exact.len() {
         return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
     }
     let st = strides(shape);
@@ -426,7 +426,12 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], exact: &
         let group_points = pass.group_rows() * pass.row_len();
         let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
         // Each group's exact values: as many as its 0 symbols, after those of earlier groups.
-        let counts: Vec<usize> = pass_symbols.par_chunks(group_points).map(|g| g.iter().filter(|&&s| s == 0).count()).collect();
+        let counts: Vec<usize> = (0..pass_symbols.len().div_ceil(group_points))
+            .map(|g| {
+                let start = sym_pos + g * group_points;
+                zeros.count(symbols, start, (start + group_points).min(sym_pos + pass_symbols.len()))
+            })
+            .collect();
         let mut starts = Vec::with_capacity(counts.len());
         let mut acc = exact_pos;
         for &c in &counts {
@@ -472,10 +477,10 @@ pub fn settings(side: &[u8]) -> Result<(Spline, DimOrder, LevelBounds)> {
     Ok((spline, order, bounds))
 }
 
-pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], zeros: &ZeroCounts, exact: &[T], side: &[u8]) -> Result<Vec<T>> {
     let (spline, order, bounds) = settings(side)?;
     let mut work = vec![T::default(); shape.iter().product()];
-    decode_walk(&mut work, &Walk { shape, spline, order, q, bounds }, symbols, exact)?;
+    decode_walk(&mut work, &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
     Ok(work)
 }
 

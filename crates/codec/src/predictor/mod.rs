@@ -156,6 +156,57 @@ impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
     }
 }
 
+/// Symbols per block of `ZeroCounts`; Huffman segments hold whole blocks.
+pub const ZERO_BLOCK: usize = 4096;
+
+fn count_zeros(symbols: &[u16]) -> usize {
+    symbols.iter().filter(|&&s| s == 0).count()
+}
+
+/// Where the unpredictable (0) symbols of a chunk are, as prefix sums of their count per block
+/// of `ZERO_BLOCK` symbols: any range's count then takes two lookups and two partial blocks.
+/// The entropy decoder fills it while a segment's symbols are still in cache, which spares
+/// the walks a pass over the whole symbol array.
+pub struct ZeroCounts {
+    prefix: Vec<usize>,
+}
+
+impl ZeroCounts {
+    pub fn of(symbols: &[u16]) -> ZeroCounts {
+        use rayon::prelude::*;
+        ZeroCounts::from_blocks(symbols.par_chunks(ZERO_BLOCK).map(count_zeros).collect())
+    }
+
+    /// From the counts of consecutive blocks of `ZERO_BLOCK` symbols (the last may be shorter).
+    pub fn from_blocks(blocks: Vec<usize>) -> ZeroCounts {
+        let mut prefix = Vec::with_capacity(blocks.len() + 1);
+        prefix.push(0);
+        for c in blocks {
+            prefix.push(prefix[prefix.len() - 1] + c);
+        }
+        ZeroCounts { prefix }
+    }
+
+    /// Counts for every symbol block of `segment` (a slice starting on a block boundary).
+    pub fn blocks_of(segment: &[u16]) -> Vec<usize> {
+        segment.chunks(ZERO_BLOCK).map(count_zeros).collect()
+    }
+
+    pub fn total(&self) -> usize {
+        self.prefix[self.prefix.len() - 1]
+    }
+
+    /// Zeros among `symbols[start..end]` (`symbols` the slice these counts describe).
+    pub fn count(&self, symbols: &[u16], start: usize, end: usize) -> usize {
+        let (first, last) = (start.div_ceil(ZERO_BLOCK), end / ZERO_BLOCK);
+        if first >= last {
+            return count_zeros(&symbols[start..end]);
+        }
+        count_zeros(&symbols[start..first * ZERO_BLOCK]) + self.prefix[last] - self.prefix[first]
+            + count_zeros(&symbols[last * ZERO_BLOCK..end])
+    }
+}
+
 /// Predicts and quantizes one chunk (C-order, `shape`).
 pub fn encode<T: Element>(p: &Predictor, data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T> {
     match *p {
@@ -180,19 +231,24 @@ pub fn from_side(kind: PredictorKind, side: &[u8]) -> Result<Predictor> {
     })
 }
 
-/// Rebuilds one chunk from its symbols, exact values and side information.
+/// Rebuilds one chunk from its symbols (with their zero counts, when the entropy decoder made
+/// them), exact values and side information.
 pub fn decode<T: Element>(
     kind: PredictorKind,
     shape: &[usize],
     q: &Quantizer,
     symbols: &[u16],
+    zeros: Option<&ZeroCounts>,
     exact: &[T],
     side: &[u8],
 ) -> Result<Vec<T>> {
     match kind {
         PredictorKind::Lorenzo => lorenzo::decode(shape, q, symbols, exact, side),
         PredictorKind::Regression => regression::decode(shape, q, symbols, exact, side),
-        PredictorKind::Interpolation => interpolation::decode(shape, q, symbols, exact, side),
+        PredictorKind::Interpolation => match zeros {
+            Some(z) => interpolation::decode(shape, q, symbols, z, exact, side),
+            None => interpolation::decode(shape, q, symbols, &ZeroCounts::of(symbols), exact, side),
+        },
         PredictorKind::DualQuant => dual_quant::decode(shape, q, symbols, exact, side),
     }
 }
