@@ -25,15 +25,20 @@ fn layout<T: numpy::Element>(a: &PyReadonlyArrayDyn<T>) -> PyResult<Layout> {
     }
 }
 
+/// How a level is compressed, besides the codec configuration.
+struct LevelOptions {
+    eb: f64,
+    adaptive_block: bool,
+    shared: bool,
+    measure: bool,
+}
+
 fn compress_typed<'py, T: Element + numpy::Element>(
     py: Python<'py>,
     boxes: Vec<BoxArgs<'py>>,
     tiling: &Tiling,
     cfg: &amrzip_codec::Config,
-    eb: f64,
-    adaptive_block: bool,
-    shared: bool,
-    measure: bool,
+    o: &LevelOptions,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut arrays = Vec::with_capacity(boxes.len());
     for (lo, hi, data, stored) in boxes {
@@ -58,7 +63,9 @@ fn compress_typed<'py, T: Element + numpy::Element>(
         .collect::<PyResult<_>>()?;
     let level = py
         .detach(|| {
-            amrzip_codec::run_with_threads(cfg.threads, || amr::compress_level(&views, tiling, cfg, eb, adaptive_block, shared, measure))
+            amrzip_codec::run_with_threads(cfg.threads, || {
+                amr::compress_level(&views, tiling, cfg, o.eb, o.adaptive_block, o.shared, o.measure)
+            })
         })
         .map_err(to_py)?;
     let d = PyDict::new(py);
@@ -104,10 +111,11 @@ pub fn compress_level<'py>(
     let cfg = config("abs", eb, preset, threads, predictor)?;
     let tiling = tiling(origin, unit, chunk)?;
     let is_f32 = boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok());
+    let options = LevelOptions { eb, adaptive_block, shared, measure };
     if is_f32 {
-        compress_typed::<f32>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared, measure)
+        compress_typed::<f32>(py, boxes, &tiling, &cfg, &options)
     } else {
-        compress_typed::<f64>(py, boxes, &tiling, &cfg, eb, adaptive_block, shared, measure)
+        compress_typed::<f64>(py, boxes, &tiling, &cfg, &options)
     }
 }
 
@@ -117,8 +125,7 @@ fn decode_typed<'py, T: Element + numpy::Element>(
     codebooks: &[Vec<u8>],
     tiling: &Tiling,
     eb: f64,
-    lo: &[i64],
-    hi: &[i64],
+    (lo, hi): (&[i64], &[i64]),
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let chunk_refs: Vec<(Vec<i64>, &[u8])> = chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
@@ -153,8 +160,8 @@ pub fn decode_region<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let tiling = tiling(origin, unit, chunk)?;
     match dtype {
-        "float32" => decode_typed::<f32>(py, &chunks, &codebooks, &tiling, eb, &lo, &hi, threads),
-        "float64" => decode_typed::<f64>(py, &chunks, &codebooks, &tiling, eb, &lo, &hi, threads),
+        "float32" => decode_typed::<f32>(py, &chunks, &codebooks, &tiling, eb, (&lo, &hi), threads),
+        "float64" => decode_typed::<f64>(py, &chunks, &codebooks, &tiling, eb, (&lo, &hi), threads),
         d => Err(PyValueError::new_err(format!("unsupported dtype {d:?}"))),
     }
 }
