@@ -17,6 +17,8 @@ Methods, each run per field with the same absolute bound eb = rel * (value range
                 field's own spread at box edges), compressed as one SZ3 array.
   ours-base     amrzip.write(..., sle=False, adaptive_block=False), every other setting default: the AMR store
                 without shared lossless encoding and the adaptive (regression) block rule.
+  ours-no-sle   amrzip.write(..., sle=False): one codebook per chunk instead of one per (level, field).
+  ours-no-adaptive  amrzip.write(..., adaptive_block=False): regression blocks of 6 whatever the unit edge.
   ours-no-mean  amrzip.write(..., conserve_mean=False), every other setting default: what keeping each level's mean
                 costs (a level whose errors lean one way is otherwise coded with half the bound plus an offset).
   ours          amrzip.write(h, path, rel=rel) with the writer's defaults (unit block edge per (level, field) chosen
@@ -284,7 +286,8 @@ def store(**options):
 
 
 BASELINES = {"amrex-1d": amrex_1d, "per-box-sz3": per_box_sz3, "level-sz3": level_sz3}
-STORE_METHODS = {"ours-base": store(sle=False, adaptive_block=False), "ours-no-mean": store(conserve_mean=False),
+STORE_METHODS = {"ours-base": store(sle=False, adaptive_block=False), "ours-no-sle": store(sle=False),
+                 "ours-no-adaptive": store(adaptive_block=False), "ours-no-mean": store(conserve_mean=False),
                  "ours": store()}
 
 
