@@ -68,8 +68,14 @@ def num_cells(boxes: Sequence[Box]) -> int:
 def covered_mask(box: Box, finer: Sequence[Box], ratio: Sequence[int]) -> np.ndarray:
     """True over the cells of ``box`` that a box of the next level (``finer``, refined by ``ratio``) covers."""
     mask = np.zeros(box_shape(box), dtype=bool)
-    for f in finer:
-        piece = intersect(box, coarsen(f, ratio))
-        if piece is not None:
-            mask[tuple(slice(l - b, h - b + 1) for l, h, b in zip(piece[0], piece[1], box[0]))] = True
+    if len(finer) == 0:
+        return mask
+    # All finer boxes at once: a level can hold thousands, and this runs for every coarse box.
+    f = np.asarray(finer, dtype=np.int64)
+    r = np.asarray(ratio, dtype=np.int64)
+    lo, hi = np.floor_divide(f[:, 0, :], r), np.floor_divide(f[:, 1, :], r)
+    blo, bhi = np.asarray(box[0], dtype=np.int64), np.asarray(box[1], dtype=np.int64)
+    hit = np.all((lo <= bhi) & (hi >= blo), axis=1)
+    for l, h in zip(np.maximum(lo[hit], blo), np.minimum(hi[hit], bhi)):
+        mask[tuple(slice(a - b, c - b + 1) for a, c, b in zip(l, h, blo))] = True
     return mask
