@@ -65,17 +65,23 @@ def num_cells(boxes: Sequence[Box]) -> int:
     return int(sum(np.prod(box_shape(b), dtype=np.int64) for b in boxes))
 
 
-def covered_mask(box: Box, finer: Sequence[Box], ratio: Sequence[int]) -> np.ndarray:
-    """True over the cells of ``box`` that a box of the next level (``finer``, refined by ``ratio``) covers."""
-    mask = np.zeros(box_shape(box), dtype=bool)
-    if len(finer) == 0:
-        return mask
-    # All finer boxes at once: a level can hold thousands, and this runs for every coarse box.
+def covered_pieces(box: Box, finer, ratio: Sequence[int]) -> list[Box]:
+    """The parts of ``box`` that boxes of the next level cover, one per finer box touching it
+    (``finer``: a list of boxes, or their ``(n, 2, dim)`` integer array; refined by ``ratio``)."""
     f = np.asarray(finer, dtype=np.int64)
+    if f.size == 0:
+        return []
+    # All finer boxes at once: a level can hold thousands, and this runs for every coarse box.
     r = np.asarray(ratio, dtype=np.int64)
     lo, hi = np.floor_divide(f[:, 0, :], r), np.floor_divide(f[:, 1, :], r)
     blo, bhi = np.asarray(box[0], dtype=np.int64), np.asarray(box[1], dtype=np.int64)
     hit = np.all((lo <= bhi) & (hi >= blo), axis=1)
-    for l, h in zip(np.maximum(lo[hit], blo), np.minimum(hi[hit], bhi)):
-        mask[tuple(slice(a - b, c - b + 1) for a, c, b in zip(l, h, blo))] = True
+    return [(tuple(int(v) for v in l), tuple(int(v) for v in h)) for l, h in zip(np.maximum(lo[hit], blo), np.minimum(hi[hit], bhi))]
+
+
+def covered_mask(box: Box, finer, ratio: Sequence[int]) -> np.ndarray:
+    """True over the cells of ``box`` that a box of the next level (``finer``, refined by ``ratio``) covers."""
+    mask = np.zeros(box_shape(box), dtype=bool)
+    for lo, hi in covered_pieces(box, finer, ratio):
+        mask[tuple(slice(a - b, c - b + 1) for a, c, b in zip(lo, hi, box[0]))] = True
     return mask

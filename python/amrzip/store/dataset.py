@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from amrzip import _core
-from amrzip.amr.boxes import coarsen, intersect, refine
+from amrzip.amr.boxes import covered_pieces, intersect, refine
 from amrzip.amr.hierarchy import Box, Hierarchy, Level, LevelGeometry, box_shape
 from amrzip.store import layout
 from amrzip.store.layout import StoreError
@@ -97,6 +97,8 @@ class LevelView(LevelGeometry):
         self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
         self.owners = list(meta["owners"])
         self.chunk = tuple(meta["chunk"])
+        # The boxes as one (n, 2, dim) array, for coverage tests against all of them at once.
+        self.box_array = np.asarray(self.boxes, dtype=np.int64).reshape(len(self.boxes), 2, -1)
 
     def field(self, name: str) -> FieldView:
         if name not in self._ds.fields:
@@ -232,10 +234,7 @@ class Dataset:
         out = self._stored(level, field, region)
         if covered == "average" and level + 1 < self.num_levels:
             ratio = lev.ref_ratios
-            for fbox in self.level(level + 1).boxes:
-                piece = intersect(coarsen(fbox, ratio), region)
-                if piece is None:
-                    continue
+            for piece in covered_pieces(region, self.level(level + 1).box_array, ratio):
                 fine = self.read(field, refine(piece, ratio), level + 1, covered)
                 sl = tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))
                 out[sl] = average_down(fine, ratio).astype(out.dtype)
