@@ -334,3 +334,30 @@ def test_hostile_metadata_fails_cleanly(tmp_path, which):
     target.write_text(json.dumps(original))
     assert seen > 50
     assert_round_trip(h, amrzip.open(tmp_path / "s"))
+
+
+def test_edge_hierarchies(tmp_path):
+    # An empty finest level, a 1-D hierarchy, a lossless constant float32 field, an all-zero field.
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 16))
+    empty = Hierarchy.from_arrays(
+        [{"boxes": [((0, 0), (15, 15))], "data": {"f": [a]}, "ref_ratio": 2}, {"boxes": [], "data": {"f": []}}],
+        prob_lo=(0, 0), prob_hi=(1, 1),
+    )
+    amrzip.write(empty, tmp_path / "empty", rel=1e-3)
+    ds = amrzip.open(tmp_path / "empty")
+    assert ds.level(1).boxes == [] and np.isnan(ds.read("f", level=1)).all()
+    assert_round_trip(empty, ds)
+
+    b = np.sin(np.linspace(0, 10, 100))
+    line = Hierarchy.from_arrays(
+        [{"boxes": [((0,), (99,))], "data": {"g": [b]}, "ref_ratio": 2}, {"boxes": [((50,), (99,))], "data": {"g": [np.repeat(b[25:50], 2)]}}],
+        prob_lo=(0,), prob_hi=(1,),
+    )
+    amrzip.write(line, tmp_path / "line", abs=1e-4)
+    assert_round_trip(line, amrzip.open(tmp_path / "line"))
+
+    for name, values, bound in (("const", np.full((8, 8, 8), 3.25, np.float32), {"abs": 0}), ("zeros", np.zeros((8, 8, 8)), {"rel": 1e-3})):
+        h = Hierarchy.from_arrays([{"boxes": [((0, 0, 0), (7, 7, 7))], "data": {"c": [values]}}], prob_lo=(0, 0, 0), prob_hi=(1, 1, 1))
+        amrzip.write(h, tmp_path / name, **bound)
+        np.testing.assert_array_equal(amrzip.open(tmp_path / name).level(0).field("c")[0], values)

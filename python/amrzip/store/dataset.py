@@ -98,7 +98,7 @@ class LevelView(LevelGeometry):
         self.owners = list(meta["owners"])
         self.chunk = tuple(meta["chunk"])
         # The boxes as one (n, 2, dim) array, for coverage tests against all of them at once.
-        self.box_array = np.asarray(self.boxes, dtype=np.int64).reshape(len(self.boxes), 2, -1)
+        self.box_array = np.asarray(self.boxes, dtype=np.int64).reshape(len(self.boxes), 2, ds.dim)
 
     def field(self, name: str) -> FieldView:
         if name not in self._ds.fields:
