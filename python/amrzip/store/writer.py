@@ -9,7 +9,6 @@ committed snapshots are intact and that does not list the unfinished one.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 import numbers
@@ -22,12 +21,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from amrzip import _core
+from amrzip.codec import _bound as codec_bound
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.store import layout
 from amrzip.store.conservation import conserve
-
-abs_ = builtins.abs
-
 
 def _bound_of(spec, where: str) -> tuple[str, float]:
     if isinstance(spec, dict) and len(spec) == 1:
@@ -38,9 +35,10 @@ def _bound_of(spec, where: str) -> tuple[str, float]:
         raise ValueError(f"{where}: give a bound as {{'rel': value}} or {{'abs': value}}, got {spec!r}")
     if mode not in ("rel", "abs"):
         raise ValueError(f"{where}: bound mode must be 'rel' or 'abs', got {mode!r}")
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where}: {mode}= must be a finite number >= 0, got {value!r}")
-    return mode, float(value)
+    try:
+        return codec_bound(**{mode: value})
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def field_bounds(fields, rel=None, abs=None, bounds=None) -> dict:
