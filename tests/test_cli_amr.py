@@ -146,7 +146,7 @@ def test_convert_real_plotfile(advection):
     ds = amrzip.open(store)  # the latest: second
     assert ds.path.name == "second"
     assert ds.bounds["phi"] == {"mode": "abs", "value": 1e-3, "abs": 1e-3}
-    assert all(ds.array_info(L, "phi")["unit"] == [8, 8] and ds.level(L).chunk == (64, 64) for L in range(ds.num_levels))  # 60 rounded up
+    assert all(ds.array_info(L, "phi")["unit"] == [8, 8] and ds.array_info(L, "phi")["chunk"] == [64, 64] for L in range(ds.num_levels))  # 60 rounded up
     check_within_bound(h, ds)
 
 
@@ -207,8 +207,8 @@ def _check_description(d: dict, store: Path, ds):
         assert lev["level"] == L and lev["boxes"] == view.num_boxes
         assert [tuple(c) for c in lev["domain"]] == list(view.domain)
         assert lev["ref_ratio"] == (None if L + 1 == ds.num_levels else list(view.ref_ratios))
-        assert (lev["dx"], lev["chunk"]) == (list(view.dx), list(view.chunk))
-        assert all(a["unit"] == ds.array_info(L, f)["unit"][0] for f, a in lev["fields"].items())
+        assert lev["dx"] == list(view.dx)
+        assert all((a["unit"], a["chunk"]) == (ds.array_info(L, f)["unit"][0], ds.array_info(L, f)["chunk"][0]) for f, a in lev["fields"].items())
         cells = sum(int(np.prod(box_shape(b))) for b in view.boxes)
         # Coverage from the data itself: the cells a covered="nan" read leaves out.
         stored = sum(int(np.count_nonzero(~np.isnan(ds.read(ds.fields[0], b, L, covered="nan")))) for b in view.boxes)

@@ -846,7 +846,7 @@ def _describe_snapshot(store: Path, names: list[str], ds) -> dict:
             stats = {k: a["stats"].get(k) for k in _STATS}
             known = stats["original_bytes"] is not None and stats["stored_bytes"] is not None
             ratio = stats["original_bytes"] / max(stats["stored_bytes"], 1) if known else None
-            arrays[f] = {**stats, "ratio": ratio, "predictor": a["predictor"], "unit": a["unit"][0]}
+            arrays[f] = {**stats, "ratio": ratio, "predictor": a["predictor"], "unit": a["unit"][0], "chunk": a["chunk"][0]}
         cells = sum(math.prod(box_shape(b)) for b in lev.boxes)
         stored_cells = next((a["stored_cells"] for a in arrays.values() if a["stored_cells"] is not None), None)
         original = sum(a["original_bytes"] or 0 for a in arrays.values())
@@ -859,7 +859,6 @@ def _describe_snapshot(store: Path, names: list[str], ds) -> dict:
             "boxes": lev.num_boxes,
             "ref_ratio": None if finest else list(lev.ref_ratios),
             "dx": list(lev.dx),
-            "chunk": list(lev.chunk),
             "cells": cells,
             "stored_cells": stored_cells,
             "covered_cells": None if stored_cells is None else cells - stored_cells,
@@ -934,14 +933,14 @@ def _print_snapshot(d: dict):
     console.print(fields)
 
     levels = Table(title="levels", title_justify="left", box=None, header_style="bold", pad_edge=False)
-    for name in ("level", "domain", "size", "boxes", "ref ratio", "dx", "chunk", "cells", "stored", "covered"):
-        levels.add_column(name, justify="left" if name in ("domain", "size", "dx", "chunk") else "right")
+    for name in ("level", "domain", "size", "boxes", "ref ratio", "dx", "cells", "stored", "covered"):
+        levels.add_column(name, justify="left" if name in ("domain", "size", "dx") else "right")
     for lev in d["levels"]:
         fraction = lev["stored_fraction"]
         levels.add_row(
             str(lev["level"]), _format_box(lev["domain"]), _arrayfile.format_shape(lev["shape"]), str(lev["boxes"]),
             _optional(lev["ref_ratio"], _format_values), _format_values(lev["dx"], ".6g"),
-            _arrayfile.format_shape(lev["chunk"]), str(lev["cells"]),
+            str(lev["cells"]),
             _optional(lev["stored_cells"], lambda n: f"{n} ({fraction:.1%})"),
             _optional(lev["covered_cells"], lambda n: f"{n} ({1 - fraction:.1%})"),
         )
@@ -955,13 +954,13 @@ def _print_snapshot(d: dict):
         "chunks": str(sums["chunks"]), "original": _size(totals["original_bytes"]), "stored": _size(totals["stored_bytes"]),
         "ratio": f"{totals['ratio']:.2f}",
     }
-    for name in ("level", "field", "stored cells", "unit", "blocks (partial)", "chunks", "original", "stored", "ratio", "predictor"):
+    for name in ("level", "field", "stored cells", "unit", "chunk", "blocks (partial)", "chunks", "original", "stored", "ratio", "predictor"):
         arrays.add_column(name, footer=footer.get(name, ""), justify="left" if name in ("field", "predictor") else "right")
     for lev in d["levels"]:
         for f, a in lev["fields"].items():
             blocks = f"{a['blocks']} ({a['partial_blocks']})" if a["blocks"] is not None else "-"
             arrays.add_row(
-                str(lev["level"]), f, _optional(a["stored_cells"]), str(a["unit"]), blocks, _optional(a["chunks"]),
+                str(lev["level"]), f, _optional(a["stored_cells"]), str(a["unit"]), str(a["chunk"]), blocks, _optional(a["chunks"]),
                 _optional(a["original_bytes"], _size), _optional(a["stored_bytes"], _size), _optional(a["ratio"], "{:.2f}".format),
                 _optional(a["predictor"]),
             )

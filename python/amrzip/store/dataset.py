@@ -1,8 +1,9 @@
 """Reading snapshots back: boxes, regions, whole hierarchies and uniform composites.
 
 A region read opens only the chunks the region touches (``Dataset.bytes_read`` counts what was
-read), and decodes each chunk once while it stays in the dataset's cache. Covered coarse cells are not stored; reads rebuild them by averaging the finer level
-down (``covered="average"``, the default) or leave them NaN (``covered="nan"``).
+read), and decodes each chunk once while it stays in the dataset's cache. Covered coarse cells
+are not stored; reads rebuild them by averaging the finer level down (``covered="average"``,
+the default) or leave them NaN (``covered="nan"``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,6 @@ class LevelView(LevelGeometry):
         self.dx = tuple(meta["dx"])
         self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
         self.owners = list(meta["owners"])
-        self.chunk = tuple(meta["chunk"])
         # The boxes as one (n, 2, dim) array, for coverage tests against all of them at once.
         self.box_array = np.asarray(self.boxes, dtype=np.int64).reshape(len(self.boxes), 2, ds.dim)
 
@@ -159,13 +159,14 @@ class Dataset:
             where = self.path / f"level_{L}" / layout.field_dir(field) / "zarr.json"
             self.bytes_read += where.stat().st_size if where.exists() else 0
             doc = layout.read_json(where)
-            cfg = layout.validate_codec(doc, where, self.dim, lev.chunk, box_shape(lev.domain))
+            cfg = layout.validate_codec(doc, where, self.dim, box_shape(lev.domain))
             stats = layout.dig(doc, "attributes", "amrzip")
             self._arrays[key] = {
                 "dir": where.parent,
                 "dtype": doc["data_type"],
                 "origin": list(cfg["origin"]),
                 "unit": list(cfg["unit"]),
+                "chunk": list(cfg["chunk"]),
                 "codebooks": [layout.decode_bytes(b, where) for b in cfg["codebooks"]],
                 "predictor": cfg.get("predictor"),
                 "abs_bound": cfg.get("abs_bound"),
@@ -190,11 +191,11 @@ class Dataset:
             return None
         data = f.read_bytes()
         self.bytes_read += len(data)
-        chunk = self.level(L).chunk
+        chunk = a["chunk"]
         lo = [o + i * c for o, i, c in zip(a["origin"], index, chunk)]
         hi = [l + c - 1 for l, c in zip(lo, chunk)]
         try:
-            out = _core.decode_region([(list(index), data)], a["codebooks"], a["origin"], a["unit"], list(chunk), a["eb"], lo, hi, a["dtype"])
+            out = _core.decode_region([(list(index), data)], a["codebooks"], a["origin"], a["unit"], chunk, a["eb"], lo, hi, a["dtype"])
         except ValueError as e:
             raise type(e)(f"{f}: {e}") from None
         if a["offset"]:
@@ -209,7 +210,7 @@ class Dataset:
     def _stored(self, L: int, field: str, region: Box) -> np.ndarray:
         """The stored cells of ``region`` (C order, indexed [i, j, k]); NaN where nothing is stored."""
         a = self._array(L, field)
-        origin, chunk = a["origin"], self.level(L).chunk
+        origin, chunk = a["origin"], a["chunk"]
         out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
         ranges = [range(max(0, (region[0][d] - origin[d]) // chunk[d]), (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
         for index in itertools.product(*ranges):
