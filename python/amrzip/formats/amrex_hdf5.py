@@ -30,12 +30,12 @@ from amrzip.formats.chombo import (
     FlatSource,
     HandleCache,
     open_hdf5,
+    level_boxes,
     level_domains,
     level_geometry,
     physical_extent,
     as_scalar,
     as_str,
-    boxes_of,
     component_names,
     ghost_width,
     int_vector,
@@ -86,11 +86,7 @@ def read_amrex_hdf5(path) -> Hierarchy:
         steps = []
         layouts = []
         for L in range(nlev):
-            g = f[f"level_{L}"]
-            lw = f"{path} level_{L}"
-            if "boxes" not in g:
-                raise ValueError(f"{lw}: no boxes dataset")
-            boxes = boxes_of(g["boxes"], dim, lw)
+            g, lw, boxes = level_boxes(f, L, dim, path)
             hint = int_vector(g.attrs["ngrow"], dim) if "ngrow" in g.attrs else None
             if "data:datatype=0" not in g:
                 raise ValueError(f"{lw}: no data:datatype=0 dataset")

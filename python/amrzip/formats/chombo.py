@@ -228,6 +228,15 @@ def level_ratios(attr, coarse: Box, fine: Optional[Box], dim: int) -> tuple[int,
     return int_vector(attr, dim)
 
 
+def level_boxes(f, L: int, dim: int, path) -> tuple:
+    """Group ``level_<L>``, its name for messages, and its boxes."""
+    g = f[f"level_{L}"]
+    where = f"{path} level_{L}"
+    if "boxes" not in g:
+        raise ValueError(f"{where}: no boxes dataset")
+    return g, where, boxes_of(g["boxes"], dim, where)
+
+
 def level_domains(f, nlev: int, dim: int, where: str) -> list[Box]:
     """Each level's index domain (``prob_domain``) from groups ``level_0`` .. ``level_<nlev-1>``."""
     domains = []
@@ -352,11 +361,7 @@ def read_chombo(path) -> Hierarchy:
         fields: Optional[list[str]] = None
         ghosts: dict = {}
         for L in range(nlev):
-            g = f[f"level_{L}"]
-            lw = f"{path} level_{L}"
-            if "boxes" not in g:
-                raise ValueError(f"{lw}: no boxes dataset")
-            boxes = boxes_of(g["boxes"], dim, lw)
+            g, lw, boxes = level_boxes(f, L, dim, path)
             entries: dict = {}
             names_here: list[str] = []
             for prefix, names, attrs_g in _dataset_fields(g, root_names, lw):
