@@ -185,11 +185,55 @@ def _snapshot_meta(h: Hierarchy, bounds, ebs, dtypes) -> dict:
     }
 
 
+def _write_array(array_dir: Path, boxes: list, lev, layouts: list, bound: float, dt: np.dtype, conserve_mean: bool, mode: str, options: dict) -> dict:
+    """Compresses one (level, field) given as ``boxes`` into ``array_dir`` (its chunks and
+    zarr.json), trying the (unit, chunk) ``layouts`` on a sample first; returns its statistics.
+    ``options`` are passed on to the core (threads, predictor, adaptive_block, shared)."""
+    dim = len(lev.domain[0])
+
+    def compress(boxes, u, c, eb, measure=False):
+        return _core.compress_level(boxes, list(lev.domain[0]), [u] * dim, [c] * dim, eb, mode, measure=measure, **options)
+
+    unit, edge = layouts[0]
+    if len(layouts) > 1 and boxes:
+        sample = _trial_sample(boxes)
+        unit, edge = _choose({(u, c): _size(compress(sample, u, c, bound)) for u, c in layouts}, layouts[0][1])
+    if conserve_mean:
+        result, eb, offset = conserve(lambda eb, measure: compress(boxes, unit, edge, eb, measure), boxes, bound, dt.name)
+    else:
+        result, eb, offset = compress(boxes, unit, edge, bound), bound, 0.0
+    array_dir.mkdir()
+    for index, data in result["chunks"]:
+        target = array_dir / layout.chunk_key(index)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    codec = {
+        "unit": [unit] * dim,
+        "origin": list(lev.domain[0]),
+        "abs_bound": bound,
+        "eb": eb,
+        "offset": offset,
+        "predictor": result["predictor"],
+        "codebooks": [layout.encode_bytes(b) for b in result["codebooks"]],
+    }
+    stats = {
+        "stored_cells": result["stored_cells"],
+        "blocks": result["blocks"],
+        "partial_blocks": result["partial_blocks"],
+        "chunks": len(result["chunks"]),
+        "original_bytes": sum(a.size for _, _, a, _ in boxes) * dt.itemsize,
+        "stored_bytes": _size(result),
+    }
+    doc = layout.array_doc(box_shape(lev.domain), [edge] * dim, dt.name, codec, {"amrzip": stats})
+    layout.write_json_atomic(array_dir / "zarr.json", doc)
+    return stats
+
+
 def _open_or_create_root(path: Path) -> dict:
     root = path / "zarr.json"
     if root.exists():
         doc = layout.read_json(root)
-        meta = doc.get("attributes", {}).get("amrzip")
+        meta = layout.dig(doc, "attributes", "amrzip")
         if not isinstance(meta, dict) or meta.get("store_version") != layout.STORE_VERSION:
             raise layout.StoreError(f"{root}: not an amrzip store of version {layout.STORE_VERSION}")
         return doc
@@ -228,10 +272,11 @@ def write(
     cells are not stored and are rebuilt on read by averaging the finer level down. ``unit``
     is the unit block edge (default: per level and field, the best of the blocking factor the
     boxes honour and larger edges, measured on a sample), ``chunk`` the chunk edge in cells
-    (default: like the level's boxes, or 32 in 3-D where that codes more than 10% smaller). ``sle``/``adaptive_block`` switch off shared lossless encoding (one
-    codebook per chunk) and AMRIC's regression block rule, for comparison. With
-    ``conserve_mean`` (default) a (level, field) whose errors lean one way is coded so that its
-    mean is kept (see :mod:`amrzip.store.conservation`).
+    (default: like the level's boxes, or 32 in 3-D where that codes more than 25% smaller).
+    ``sle``/``adaptive_block`` switch off shared lossless encoding (one codebook per chunk) and
+    AMRIC's regression block rule, for comparison. With ``conserve_mean`` (default) a
+    (level, field) whose errors lean one way is coded so that its mean is kept (see
+    :mod:`amrzip.store.conservation`).
     """
     if not isinstance(h, Hierarchy):
         raise TypeError(f"write() takes an amrzip.amr.Hierarchy, got {type(h).__name__}")
@@ -257,6 +302,7 @@ def write(
     meta = _snapshot_meta(h, per_field, ebs, {f: dtypes[f].name for f in h.fields})
     layout.validate_snapshot(meta, f"hierarchy to write as {path / name}")
 
+    options = dict(threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle)
     tmp = path / f".writing-{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     summary = {"snapshot": name, "levels": [], "original_bytes": 0, "stored_bytes": 0}
@@ -265,58 +311,14 @@ def write(
             level_dir = tmp / f"level_{L}"
             level_dir.mkdir()
             layout.write_json_atomic(level_dir / "zarr.json", layout.group_doc({}))
-            shape = box_shape(lev.domain)
             level_summary = {"level": L, "fields": {}}
             for f in h.fields:
                 say(f"level {L} field {f}")
                 dt = dtypes[f]
                 boxes = [(list(lo), list(hi), _native(lev.box_data(f, i), dt), masks[L][i]) for i, (lo, hi) in enumerate(lev.boxes)]
-                original = sum(a.size for _, _, a, _ in boxes) * dt.itemsize
-
-                def compress(boxes, u, c, eb, measure=False):
-                    return _core.compress_level(
-                        boxes, list(lev.domain[0]), [u] * h.dim, [c] * h.dim, eb, mode,
-                        threads=threads, predictor=predictor, adaptive_block=adaptive_block, shared=sle, measure=measure,
-                    )
-
-                best, edge = layouts[L][0]
-                if len(layouts[L]) > 1 and boxes:
-                    sample = _trial_sample(boxes)
-                    trials = {(u, c): _size(compress(sample, u, c, ebs[f])) for u, c in layouts[L]}
-                    best, edge = _choose(trials, layouts[L][0][1])
-                if conserve_mean:
-                    result, eb, offset = conserve(lambda eb, measure: compress(boxes, best, edge, eb, measure), boxes, ebs[f], dt.name)
-                else:
-                    result, eb, offset = compress(boxes, best, edge, ebs[f]), ebs[f], 0.0
-                array_dir = level_dir / layout.field_dir(f)
-                array_dir.mkdir()
-                stored = 0
-                for index, data in result["chunks"]:
-                    target = array_dir / layout.chunk_key(index)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
-                    stored += len(data)
-                codec = {
-                    "unit": [best] * h.dim,
-                    "origin": list(lev.domain[0]),
-                    "abs_bound": ebs[f],
-                    "eb": eb,
-                    "offset": offset,
-                    "predictor": result["predictor"],
-                    "codebooks": [layout.encode_bytes(b) for b in result["codebooks"]],
-                }
-                stats = {
-                    "stored_cells": result["stored_cells"],
-                    "blocks": result["blocks"],
-                    "partial_blocks": result["partial_blocks"],
-                    "chunks": len(result["chunks"]),
-                    "original_bytes": original,
-                    "stored_bytes": _size(result),
-                }
-                doc = layout.array_doc(shape, [edge] * h.dim, dt.name, codec, {"amrzip": stats})
-                layout.write_json_atomic(array_dir / "zarr.json", doc)
+                stats = _write_array(level_dir / layout.field_dir(f), boxes, lev, layouts[L], ebs[f], dt, conserve_mean, mode, options)
                 level_summary["fields"][f] = stats
-                summary["original_bytes"] += original
+                summary["original_bytes"] += stats["original_bytes"]
                 summary["stored_bytes"] += stats["stored_bytes"]
             summary["levels"].append(level_summary)
         layout.write_json_atomic(tmp / "zarr.json", layout.group_doc({"amrzip": meta}))
