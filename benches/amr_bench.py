@@ -383,7 +383,7 @@ def describe(name: str, h: Hierarchy, fields: list[str], leaves: am.Leaves) -> d
             "bytes_per_field": am.stored_bytes(h, fields[0])}
 
 
-def datasetsmarkdown_table(infos: list[dict]) -> str:
+def datasets_table(infos: list[dict]) -> str:
     rows = []
     for d in infos:
         lv = d["levels"]
@@ -395,7 +395,7 @@ def datasetsmarkdown_table(infos: list[dict]) -> str:
                    "leaf share of all cells", "MB per field (all cells)", "fields"], rows)
 
 
-def resultsmarkdown_table(runs: list[Run]) -> str:
+def results_table(runs: list[Run]) -> str:
     rows = []
     for r in runs:
         if r.error:
@@ -410,7 +410,7 @@ def resultsmarkdown_table(runs: list[Run]) -> str:
                    "PSNR dB (leaf)", "maxerr/eb (leaf)", "C+D s", "rel. change of mean"], rows)
 
 
-def metadatamarkdown_table(runs: list[Run]) -> str:
+def metadata_table(runs: list[Run]) -> str:
     """The store's metadata per run group: bytes and share of everything on disk, and how the ratio moves with it."""
     rows = []
     for (d, f, m) in dict.fromkeys((r.dataset, r.field, r.method) for r in runs if r.metadata_bytes is not None):
@@ -600,18 +600,18 @@ def main(argv=None) -> int:
                     print(f"  {name}/{field:12s} {rel:<6g} {method:12s} {status}", file=sys.stderr, flush=True)
 
     print("## Datasets\n")
-    print(datasetsmarkdown_table(infos))
+    print(datasets_table(infos))
     print("\nratio = bytes of all cells of all levels (covered cells included, as stored by the source) / compressed "
           "payload bytes (SZ3 streams; for the store its chunk files + codebooks, with its metadata in \"meta bytes\" "
           "and \"ratio incl. meta\" = source bytes / every byte on disk); PSNR, maxerr/eb and the mean over leaf cells only; bound eb = rel x value range of the leaf cells; "
           "mean = volume-weighted over leaf cells, its change relative to |mean| (or to the range where the mean is ~0)."
           "\n")
     print("## Results\n")
-    print(resultsmarkdown_table(runs))
+    print(results_table(runs))
     print()
     if any(r.metadata_bytes is not None for r in runs):
         print("## Store metadata (zarr.json documents; not in the payload ratio, in \"ratio incl. meta\")\n")
-        print(metadatamarkdown_table(runs))
+        print(metadata_table(runs))
         print()
     if len(bounds) >= 2:
         text, rd = rate_distortion(runs)

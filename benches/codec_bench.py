@@ -209,7 +209,7 @@ def run_case(name: str, arr: np.ndarray, rel: float, codec: Codec, repeat: int) 
 # --- reporting ------------------------------------------------------------------------------------------------
 
 
-def resultsmarkdown_table(results: list[Result]) -> str:
+def results_table(results: list[Result]) -> str:
     rows = []
     for r in results:
         if r.error:
@@ -399,7 +399,7 @@ def main(argv=None) -> int:
                                      f"C {r.c_mbs:7.1f} MB/s  D {r.d_mbs:7.1f} MB/s" + ("  !!VIOLATION" if r.violation else ""))
                 print(f"  {name:30s} {rel:<6g} {codec.name:20s} {status}", file=sys.stderr, flush=True)
     print("## Results\n")
-    print(resultsmarkdown_table(results))
+    print(results_table(results))
     print()
     text, summary = summarize(results, synthetic, cubes)
     print(text)
