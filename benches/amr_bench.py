@@ -62,6 +62,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amr_metrics as am  # noqa: E402
+from amrzip.amr.leaves import Leaves, mean_change, volume_weighted_mean  # noqa: E402
 from report import fmt, markdown_table  # noqa: E402
 from datasets import REAL_DATA_DIR  # noqa: E402
 
@@ -332,18 +333,18 @@ class Prepared:
     field: str
     h: Hierarchy
     boxes: dict
-    leaves: am.Leaves
+    leaves: Leaves
     leaf: np.ndarray
     vrange: float
     mean: float
     orig_bytes: int
 
 
-def prepare(dataset: str, h: Hierarchy, field: str, leaves: am.Leaves) -> Prepared:
+def prepare(dataset: str, h: Hierarchy, field: str, leaves: Leaves) -> Prepared:
     boxes = am.field_boxes(h, field)
     leaf = leaves.values(boxes)
     return Prepared(dataset, field, h, boxes, leaves, leaf, am.value_range(leaf),
-                    am.volume_weighted_mean(leaf, leaves.volumes), am.stored_bytes(h, field))
+                    volume_weighted_mean(leaf, leaves.volumes), am.stored_bytes(h, field))
 
 
 def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
@@ -361,9 +362,9 @@ def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
         r.err_over_bound = r.max_err / eb if eb > 0 else (0.0 if r.max_err == 0 else math.inf)
         r.violation = not r.max_err <= eb
         r.psnr = am.psnr(p.leaf, dec, p.vrange)
-        dec_mean = am.volume_weighted_mean(dec, p.leaves.volumes)
+        dec_mean = volume_weighted_mean(dec, p.leaves.volumes)
         r.mean_abs_change = abs(dec_mean - p.mean)
-        r.mean_change, r.mean_ref = am.mean_change(p.mean, dec_mean, p.vrange)
+        r.mean_change, r.mean_ref = mean_change(p.mean, dec_mean, p.vrange)
     except Exception as e:  # one failing method must not hide the others' numbers
         r.error = f"{type(e).__name__}: {e}"
     return r
@@ -372,7 +373,7 @@ def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
 # --- reporting ------------------------------------------------------------------------------------------------
 
 
-def describe(name: str, h: Hierarchy, fields: list[str], leaves: am.Leaves) -> dict:
+def describe(name: str, h: Hierarchy, fields: list[str], leaves: Leaves) -> dict:
     per_level = []
     for L, lev in enumerate(h.levels):
         leaf = sum(int(m.sum()) for (l, _), m in leaves.masks.items() if l == L)
@@ -586,7 +587,7 @@ def main(argv=None) -> int:
         if not fields:
             print(f"note: {name} skipped: none of the fields asked for (it has {', '.join(h.fields)})", file=sys.stderr)
             continue
-        leaves = am.Leaves.of(h)
+        leaves = Leaves.of(h)
         infos.append(describe(name, h, fields, leaves) | {"load_seconds": time.perf_counter() - t0})
         print(f"{name}: loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         for field in fields:

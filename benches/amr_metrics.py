@@ -1,46 +1,17 @@
-"""Metrics on AMR hierarchies for the benchmarks: leaf cells, their value range, PSNR, volume-weighted means,
-and ratios compared at equal PSNR along rate-distortion curves.
+"""Metrics on AMR hierarchies for the benchmarks: value range and PSNR over leaf cells (see
+``amrzip.amr.leaves``, which also gives volume-weighted means), and ratios compared at equal PSNR along
+rate-distortion curves.
 
-A leaf cell is a cell of some level that no finer level covers: the leaf cells of all levels tile the domain once,
-so they are where an AMR snapshot's data lives (covered cells are, in AMReX, averages of the finer data above them).
 Reconstructions are given as ``{(level, box index): array}``, arrays indexed ``[i, j, k]`` like the hierarchy's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from amrzip.amr import Hierarchy
-
-
-@dataclass
-class Leaves:
-    """Where a hierarchy's leaf cells are: one boolean mask per (level, box) and each leaf cell's volume."""
-
-    masks: dict  # (level, box) -> bool array over the box, True on leaf cells
-    volumes: np.ndarray  # per leaf cell, in the order of leaf_values()
-
-    @classmethod
-    def of(cls, h: Hierarchy) -> "Leaves":
-        masks, vols = {}, []
-        for L, lev in enumerate(h.levels):
-            cell = math.prod(lev.dx)
-            for i in range(lev.num_boxes):
-                m = ~h.covered_mask(L, i)
-                masks[(L, i)] = m
-                vols.append(np.full(int(m.sum()), cell))
-        return cls(masks, np.concatenate(vols) if vols else np.zeros(0))
-
-    @property
-    def count(self) -> int:
-        return int(self.volumes.size)
-
-    def values(self, boxes) -> np.ndarray:
-        """The leaf cells of ``boxes`` (a hierarchy field as {(level, box): array}) as one float64 vector."""
-        return np.concatenate([np.asarray(boxes[key], dtype=np.float64)[m] for key, m in self.masks.items()])
 
 
 def field_boxes(h: Hierarchy, field: str) -> dict:
@@ -57,29 +28,12 @@ def value_range(leaf: np.ndarray) -> float:
     return float(leaf.max() - leaf.min()) if leaf.size else 0.0
 
 
-def volume_weighted_mean(leaf: np.ndarray, volumes: np.ndarray) -> float:
-    """sum(value * cell volume) / total volume over the leaf cells: the field's domain average."""
-    return float(np.dot(leaf, volumes) / volumes.sum())
-
-
 def psnr(orig: np.ndarray, dec: np.ndarray, vrange: float) -> float:
     """PSNR in dB over the given (leaf) cells, peak = their value range."""
     mse = float(np.mean((dec - orig) ** 2))
     if mse == 0:
         return math.inf
     return 20 * math.log10(vrange) - 10 * math.log10(mse) if vrange > 0 else -math.inf
-
-
-def mean_change(orig_mean: float, dec_mean: float, vrange: float) -> tuple[float, str]:
-    """Relative change of a volume-weighted mean: over |mean|, or over the value range (marked 'range') when the
-    mean is zero to within 1e-6 of the range (a velocity, say), where a change relative to it means nothing."""
-    diff = abs(dec_mean - orig_mean)
-    if abs(orig_mean) > 1e-6 * vrange:
-        return diff / abs(orig_mean), "mean"
-    return (diff / vrange if vrange > 0 else 0.0), "range"
-
-
-# --- rate-distortion ------------------------------------------------------------------------------------------
 
 
 def rd_curve(points) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -16,6 +15,7 @@ from rich.table import Table
 import amrzip
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy
+from amrzip.amr.leaves import Leaves, mean_change, volume_weighted_mean
 from amrzip.amr.synthetic import nyx_like
 
 REL = 1e-4
@@ -32,30 +32,17 @@ class FieldResult:
     of_range: bool
 
 
-def leaf_values(h: Hierarchy, field: str, get) -> tuple[np.ndarray, np.ndarray]:
-    """The leaf cells' values of ``field`` (``get(L, i)`` gives box i of level L) and volumes."""
-    values, volumes = [], []
-    for L, lev in enumerate(h.levels):
-        cell = float(np.prod(lev.dx))
-        for i in range(lev.num_boxes):
-            leaf = ~h.covered_mask(L, i)
-            values.append(np.asarray(get(L, i))[leaf].astype(np.float64))
-            volumes.append(np.full(values[-1].size, cell))
-    return np.concatenate(values), np.concatenate(volumes)
-
-
 def measure(h: Hierarchy, ds, summary: dict) -> list[FieldResult]:
+    leaves = Leaves.of(h)
     out = []
     for f in h.fields:
-        a, vol = leaf_values(h, f, lambda L, i: h.level(L).box_data(f, i))
-        b, _ = leaf_values(h, f, lambda L, i: ds.level(L).field(f)[i])
+        a = leaves.values({(L, i): h.level(L).box_data(f, i) for L, lev in enumerate(h.levels) for i in range(lev.num_boxes)})
+        b = leaves.values({(L, i): ds.level(L).field(f)[i] for L in range(ds.num_levels) for i in range(ds.level(L).num_boxes)})
         per_level = [lev["fields"][f] for lev in summary["levels"]]
         ratio = sum(s["original_bytes"] for s in per_level) / max(sum(s["stored_bytes"] for s in per_level), 1)
-        mean_a, mean_b = np.sum(a * vol) / vol.sum(), np.sum(b * vol) / vol.sum()
         span = float(a.max() - a.min())
-        of_range = abs(mean_a) < 1e-3 * span
-        change = abs(mean_b - mean_a) / ((span if of_range else abs(mean_a)) or 1.0)
-        out.append(FieldResult(f, ratio, max_abs_error(a, b) / ds.bounds[f]["abs"], psnr(a, b), change, of_range))
+        change, ref = mean_change(volume_weighted_mean(a, leaves.volumes), volume_weighted_mean(b, leaves.volumes), span)
+        out.append(FieldResult(f, ratio, max_abs_error(a, b) / ds.bounds[f]["abs"], psnr(a, b), change, ref == "range"))
     return out
 
 
