@@ -93,6 +93,44 @@ impl Quantizer {
         (0, x)
     }
 
+    /// `quantize` on a run, branch-free so it vectorizes. Points it cannot code take symbol 0
+    /// and keep their value in `vals`; returns whether there were none. Lossless requests
+    /// (which compare bits) are left entirely to `quantize`.
+    #[inline(always)]
+    pub fn quantize_run<T: Element>(&self, vals: &mut [T], preds: &[f64], symbols: &mut [u16]) -> bool {
+        if self.eb == 0.0 {
+            symbols.fill(0);
+            return false;
+        }
+        let (lo, hi, radius) = (self.lo as i32, self.hi as i32, self.radius as i32);
+        let mut missed = 0u32;
+        for ((v, &pred), s) in vals.iter_mut().zip(preds).zip(symbols.iter_mut()) {
+            let xf = v.to_f64();
+            // `round_to_int`, without branches; beyond i32 the cast saturates and is refused
+            // by range, like NaN (cast to 0, then failing the bound test).
+            let t = (xf - pred) * self.inv_two_eb;
+            let q = (t + 0.5f64.copysign(t)) as i32;
+            let r = T::from_f64(pred + q as f64 * self.two_eb);
+            let ok = lo <= q && q <= hi && (r.to_f64() - xf).abs() <= self.eb;
+            *s = if ok { (q + radius) as u16 } else { 0 };
+            *v = if ok { r } else { *v };
+            missed += !ok as u32;
+        }
+        missed == 0
+    }
+
+    /// `recover` on a run; symbols 0 are left for the caller; returns whether there were none.
+    #[inline(always)]
+    pub fn recover_run<T: Element>(&self, symbols: &[u16], preds: &[f64], vals: &mut [T]) -> bool {
+        let radius = self.radius as i32;
+        let mut zeros = 0u32;
+        for ((v, &pred), &s) in vals.iter_mut().zip(preds).zip(symbols) {
+            *v = T::from_f64(pred + (s as i32 - radius) as f64 * self.two_eb);
+            zeros += (s == 0) as u32;
+        }
+        zeros == 0
+    }
+
     /// The symbol of a zero residual (the value rebuilt as its prediction).
     #[inline(always)]
     pub fn zero_symbol(&self) -> u16 {

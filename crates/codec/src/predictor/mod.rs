@@ -80,6 +80,16 @@ pub struct Coded<T> {
 /// (meaningless when decoding) and its prediction, return the reconstructed value.
 pub trait Visit<T: Element> {
     fn visit(&mut self, x: T, pred: f64) -> T;
+
+    /// `visit` on a run of points whose predictions are all known up front: `vals` holds their
+    /// values (meaningless when decoding) and receives the reconstructions. The visitors below
+    /// do the common case for the whole run without branches, so it vectorizes, then revisit
+    /// the few exceptions; the result is bit for bit that of `visit` in turn.
+    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]) {
+        for (v, &p) in vals.iter_mut().zip(preds) {
+            *v = self.visit(*v, p);
+        }
+    }
 }
 
 /// Quantizes each visited point into the next slot of `symbols`, keeping what it cannot code.
@@ -101,18 +111,40 @@ impl<'a, T: Element> EncodeVisitor<'a, T> {
 impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
     #[inline(always)]
     fn visit(&mut self, x: T, pred: f64) -> T {
+        let r = self.visit_at(self.pos, x, pred);
+        self.pos += 1;
+        r
+    }
+
+    #[inline(always)]
+    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]) {
+        let n = vals.len();
+        if !self.q.quantize_run(vals, preds, &mut self.symbols[self.pos..self.pos + n]) {
+            // The exceptions (values kept exactly, "don't care" cells) still hold their input.
+            for k in 0..n {
+                if self.symbols[self.pos + k] == 0 {
+                    vals[k] = self.visit_at(self.pos + k, vals[k], preds[k]);
+                }
+            }
+        }
+        self.pos += n;
+    }
+}
+
+impl<T: Element> EncodeVisitor<'_, T> {
+    /// Codes `x` into `symbols[at]`.
+    #[inline(always)]
+    fn visit_at(&mut self, at: usize, x: T, pred: f64) -> T {
         // A NaN reaching a predictor marks a "don't care" cell (real NaNs are patched out
         // before prediction, see `nonfinite`): it takes the zero-residual code, the cheapest
         // there is, and becomes whatever its prediction is, exactly as the decoder rebuilds it.
         if x.to_f64().is_nan() {
-            self.absent.push(self.pos);
-            self.symbols[self.pos] = self.q.zero_symbol();
-            self.pos += 1;
+            self.absent.push(at);
+            self.symbols[at] = self.q.zero_symbol();
             return self.q.recover(self.q.zero_symbol(), pred);
         }
         let (s, r) = self.q.quantize(x, pred, &mut self.exact);
-        self.symbols[self.pos] = s;
-        self.pos += 1;
+        self.symbols[at] = s;
         r
     }
 }
@@ -153,6 +185,19 @@ impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
         // In range: `new` matched the count of 0 symbols with the stored values.
         self.next_exact += 1;
         self.exact[self.next_exact - 1]
+    }
+
+    #[inline(always)]
+    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]) {
+        let n = vals.len();
+        let symbols = &self.symbols[self.pos..self.pos + n];
+        if !self.q.recover_run(symbols, preds, vals) {
+            for (v, _) in vals.iter_mut().zip(symbols).filter(|(_, &s)| s == 0) {
+                self.next_exact += 1;
+                *v = self.exact[self.next_exact - 1];
+            }
+        }
+        self.pos += n;
     }
 }
 
@@ -250,5 +295,51 @@ pub fn decode<T: Element>(
             None => interpolation::decode(shape, q, symbols, &ZeroCounts::of(symbols), exact, side),
         },
         PredictorKind::DualQuant => dual_quant::decode(shape, q, symbols, exact, side),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantizer::DEFAULT_RADIUS;
+    use proptest::prelude::*;
+
+    /// Values meant to hit every exception of a run: far from their prediction (beyond the
+    /// radius), "don't care" (NaN), at the float limits, and plain ones.
+    fn value() -> impl Strategy<Value = (f32, f64)> {
+        prop_oneof![
+            4 => (-10.0f32..10.0, -0.2f64..0.2).prop_map(|(x, d)| (x, x as f64 + d)),
+            1 => (-10.0f32..10.0, -1e4f64..1e4).prop_map(|(x, d)| (x, x as f64 + d)),
+            1 => Just((f32::NAN, 1.5)),
+            1 => Just((f32::MAX, -(f32::MAX as f64))),
+            1 => (-10.0f32..10.0).prop_map(|x| (x, x as f64)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn runs_code_and_rebuild_bit_for_bit_like_single_visits(
+            points in prop::collection::vec(value(), 1..300),
+            eb in prop_oneof![Just(0.0f64), Just(1e-3), Just(0.25)],
+        ) {
+            let q = Quantizer::new(eb, DEFAULT_RADIUS);
+            let preds: Vec<f64> = points.iter().map(|p| p.1).collect();
+            let n = points.len();
+            let (mut one, mut run) = (vec![0u16; n], vec![0u16; n]);
+            let mut single = EncodeVisitor::new(&q, &mut one);
+            let by_point: Vec<f32> = points.iter().map(|&(x, p)| single.visit(x, p)).collect();
+            let mut runs = EncodeVisitor::new(&q, &mut run);
+            let mut by_run: Vec<f32> = points.iter().map(|p| p.0).collect();
+            runs.visit_run(&mut by_run, &preds);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&by_point), bits(&by_run));
+            prop_assert_eq!((&single.exact.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), &single.absent),
+                            (&runs.exact.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), &runs.absent));
+            let exact = runs.exact;
+            prop_assert_eq!(&one, &run);
+            let mut decoded = vec![0.0f32; n];
+            DecodeVisitor::new(&q, &run, &exact).unwrap().visit_run(&mut decoded, &preds);
+            prop_assert_eq!(bits(&decoded), bits(&by_run));
+        }
     }
 }
