@@ -142,8 +142,8 @@ impl Stencil {
         let terms = self.offsets.map(|o| buf.run(start.wrapping_add_signed(o), m));
         for (k, p) in preds.iter_mut().enumerate() {
             let mut acc = 0.0;
-            for j in 0..4 {
-                acc += self.weights[j] * terms[j][k].to_f64();
+            for (term, &w) in terms.iter().zip(&self.weights) {
+                acc += w * term[k].to_f64();
             }
             *p = acc;
         }
