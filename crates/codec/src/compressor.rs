@@ -18,6 +18,7 @@ use crate::nonfinite;
 use crate::predictor::{self, Predictor, ZeroCounts};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
+use crate::threads;
 use crate::stream::{ChunkEntry, CodebookSource, Header, Stream, MAX_CHUNK_ELEMENTS};
 use crate::{Config, ErrorBound};
 use rayon::prelude::*;
@@ -304,7 +305,7 @@ pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after the last Huffman segment", r.remaining()));
     }
-    let mut symbols = vec![0u16; n];
+    let mut symbols = threads::filled(0u16, n);
     let blocks: Vec<Vec<usize>> = symbols
         .par_chunks_mut(SEGMENT_SYMBOLS)
         .zip(&segments)
@@ -379,7 +380,7 @@ pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook
         // One chunk is the whole array: its buffer is the output, no copy.
         return Ok((decode_chunk::<T>(raw, entry, b, &codebook, &q)?, h.shape.clone(), codebook));
     }
-    let mut out = vec![T::default(); n];
+    let mut out = threads::filled(T::default(), n);
     let target = ChunkedOutput::new(&mut out);
     raws.par_iter().zip(&h.chunks).zip(&boxes).try_for_each(|((raw, entry), b)| {
         let values = decode_chunk::<T>(raw, entry, b, &codebook, &q)?;

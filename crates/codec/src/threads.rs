@@ -32,3 +32,14 @@ pub fn run_with<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R
         Some(n) => pool(n)?.install(work),
     }
 }
+
+/// `n` copies of `value`, written by all threads. A large buffer's first write also takes its
+/// page faults; done by one thread, that is a serial phase the other cores wait through.
+pub fn filled<T: Copy + Send + Sync>(value: T, n: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v = Vec::with_capacity(n);
+    v.spare_capacity_mut()[..n].par_chunks_mut(1 << 16).for_each(|c| c.fill(std::mem::MaybeUninit::new(value)));
+    // Safety: the loop above initialized all n elements.
+    unsafe { v.set_len(n) };
+    v
+}

@@ -16,6 +16,7 @@ use crate::element::Element;
 use crate::error::{corrupt, Result};
 use crate::grid::{for_each_index, strides};
 use crate::quantizer::Quantizer;
+use crate::threads;
 use rayon::prelude::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -470,7 +471,7 @@ struct Walk<'a> {
 fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec<usize>) {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let st = strides(shape);
-    let mut symbols = vec![0u16; buf.len()];
+    let mut symbols = threads::filled(0u16, buf.len());
     let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
     buf[0] = v.visit(buf[0], 0.0);
     let (mut exact, mut absent) = (v.exact, v.absent);
@@ -541,8 +542,7 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
 }
 
 pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, spline: Spline, order: DimOrder, bounds: LevelBounds) -> Coded<T> {
-    let mut work = vec![T::default(); data.len()];
-    work.par_chunks_mut(GROUP_POINTS).zip(data.par_chunks(GROUP_POINTS)).for_each(|(w, d)| w.copy_from_slice(d));
+    let mut work: Vec<T> = data.par_iter().copied().collect();
     let (symbols, exact, absent) = encode_walk(&mut work, &Walk { shape, spline, order, q, bounds });
     let side = vec![spline as u8, order as u8, bounds.0];
     Coded { symbols, exact, side, absent }
@@ -571,7 +571,7 @@ pub fn settings(side: &[u8]) -> Result<(Spline, DimOrder, LevelBounds)> {
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], zeros: &ZeroCounts, exact: &[T], side: &[u8]) -> Result<Vec<T>> {
     let (spline, order, bounds) = settings(side)?;
-    let mut work = vec![T::default(); shape.iter().product()];
+    let mut work = threads::filled(T::default(), shape.iter().product());
     decode_walk(&mut work, &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
     Ok(work)
 }
