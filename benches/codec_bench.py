@@ -159,7 +159,10 @@ STAT = statistics.median  # --stat min is steadier when other jobs share the cor
 
 
 def _timed(fn: Callable, repeat: int) -> tuple[float, list[float], object]:
-    times, out = [], None
+    # One untimed call first, for every codec alike: a process's first calls also pay for
+    # growing its allocator's heap and starting thread pools, which steady use does not.
+    out = fn()
+    times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         out = fn()
