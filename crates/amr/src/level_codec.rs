@@ -47,16 +47,13 @@ pub fn compress_level<T: Element>(
     let sets: Vec<(&Vec<i64>, PredictedSet<T>)> =
         chunks.par_iter().map(|(idx, blocks)| encoder.predict(blocks).map(|set| (idx, set))).collect::<Result<_>>()?;
     let codebooks: Vec<SharedCodebook> = if shared {
-        let total = sets.iter().fold(Vec::new(), |acc: Vec<u64>, (_, s)| {
-            if acc.is_empty() {
-                s.histogram.clone()
-            } else {
-                acc.iter().zip(&s.histogram).map(|(a, b)| a + b).collect()
-            }
-        });
+        let mut total = vec![0u64; encoder.alphabet()];
+        for (_, s) in &sets {
+            s.add_counts_to(&mut total);
+        }
         vec![SharedCodebook::from_histogram(&total)]
     } else {
-        sets.iter().map(|(_, s)| SharedCodebook::from_histogram(&s.histogram)).collect()
+        sets.iter().map(|(_, s)| SharedCodebook::from_histogram(&s.histogram())).collect()
     };
     let encoded: Vec<(Vec<i64>, Vec<u8>)> = sets
         .par_iter()

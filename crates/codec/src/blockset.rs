@@ -29,8 +29,12 @@ use std::borrow::Cow;
 const MAGIC: &[u8; 2] = b"AB";
 const VERSION: u8 = 1;
 /// Blocks sampled to choose the predictor: enough to see the field's character, few enough
-/// that choosing costs a small share of compressing.
+/// that choosing costs a small share of compressing. Every candidate walks every cell of a
+/// sampled block, absent ones included, so the sample is also capped in cells: 256 partly
+/// covered blocks of 32^3 walked 12 times the cells a 16^3-box level stores.
 const SAMPLE_BLOCKS: usize = 256;
+const MIN_SAMPLE_BLOCKS: usize = 8;
+const SAMPLE_CELLS: usize = 1 << 17;
 const MAX_UNIT_ELEMENTS: usize = 1 << 24;
 
 /// One unit block: its position in the set's block grid, its values in C order over the unit
@@ -88,7 +92,8 @@ pub fn regression_block(ndim: usize, unit_edge: usize, adaptive: bool) -> usize 
 }
 
 impl BlockSetEncoder {
-    /// Chooses the predictor on up to `SAMPLE_BLOCKS` full blocks of `sample`, spread evenly.
+    /// Chooses the predictor on up to `SAMPLE_BLOCKS` full blocks of `sample` (fewer for large
+    /// units, see `SAMPLE_CELLS`), spread evenly.
     /// `eb` is the absolute bound (finite, >= 0); `adaptive_block` applies AMRIC's rule for
     /// the regression block edge (else the default edge).
     pub fn new<T: Element>(
@@ -108,7 +113,7 @@ impl BlockSetEncoder {
         let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) =
             sample.iter().filter(|b| b.values.len() == n).partition(|b| b.mask.is_none());
         let pool: Vec<&&Block<T>> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
-        let step = pool.len().div_ceil(SAMPLE_BLOCKS).max(1);
+        let step = pool.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
         let samples: Vec<(Vec<T>, Vec<usize>)> = pool.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
         let edge = *unit.iter().max().unwrap_or(&1);
         let predictor = if samples.is_empty() {
@@ -123,6 +128,11 @@ impl BlockSetEncoder {
         self.predictor
     }
 
+    /// Size of the symbol alphabet, which histograms for `PredictedSet::add_counts_to` span.
+    pub fn alphabet(&self) -> usize {
+        self.q.alphabet()
+    }
+
     /// Predicts and quantizes one set's blocks (positions strictly increasing).
     pub fn predict<T: Element>(&self, blocks: &[Block<T>]) -> Result<PredictedSet<T>> {
         let n = self.unit.iter().product::<usize>();
@@ -135,11 +145,7 @@ impl BlockSetEncoder {
             }
         }
         let predicted: Vec<PredictedBlock<T>> = blocks.par_iter().map(|b| self.predict_block(b)).collect();
-        let histogram = predicted
-            .iter()
-            .map(|b| huffman::histogram(&b.coded.symbols, self.q.alphabet()))
-            .fold(vec![0u64; self.q.alphabet()], |h, b| huffman::add_histogram(h, &b));
-        Ok(PredictedSet { preset: self.preset, blocks: predicted, histogram })
+        Ok(PredictedSet { preset: self.preset, blocks: predicted, alphabet: self.q.alphabet() })
     }
 
     fn predict_block<T: Element>(&self, b: &Block<T>) -> PredictedBlock<T> {
@@ -192,11 +198,25 @@ struct PredictedBlock<T> {
 pub struct PredictedSet<T> {
     preset: Preset,
     blocks: Vec<PredictedBlock<T>>,
-    /// Symbol counts over the set's blocks: sum them over all sets to build the codebook.
-    pub histogram: Vec<u64>,
+    alphabet: usize,
 }
 
 impl<T: Element> PredictedSet<T> {
+    /// Adds the set's symbol counts to `h` (sized like `histogram`'s): summed over all sets of
+    /// an array, they build its shared codebook.
+    pub fn add_counts_to(&self, h: &mut [u64]) {
+        for b in &self.blocks {
+            huffman::add_counts(h, &b.coded.symbols);
+        }
+    }
+
+    /// The set's own symbol counts, over the whole alphabet.
+    pub fn histogram(&self) -> Vec<u64> {
+        let mut h = vec![0u64; self.alphabet];
+        self.add_counts_to(&mut h);
+        h
+    }
+
     /// The set's bytes, coded with `codebook` (built from histograms including this set's),
     /// recorded as codebook `codebook_index` of the array.
     pub fn finish(&self, codebook: &SharedCodebook, codebook_index: u32) -> Result<Vec<u8>> {
@@ -435,7 +455,7 @@ mod tests {
         for adaptive in [false, true] {
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-3, adaptive).unwrap();
             let set = enc.predict(&blocks).unwrap();
-            let codebook = SharedCodebook::from_histogram(&set.histogram);
+            let codebook = SharedCodebook::from_histogram(&set.histogram());
             let bytes = set.finish(&codebook, 0).unwrap();
             let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
             let back = decode::<f64>(&bytes, &codebook, &unit, 1e-3, 60).unwrap();
@@ -461,7 +481,7 @@ mod tests {
         let enc =
             BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(1e-2)), 1e-2, true).unwrap();
         let set = enc.predict(&blocks).unwrap();
-        let codebook = SharedCodebook::from_histogram(&set.histogram);
+        let codebook = SharedCodebook::from_histogram(&set.histogram());
         let bytes = set.finish(&codebook, 0).unwrap();
         for cut in 0..bytes.len() {
             assert!(decode::<f32>(&bytes[..cut], &codebook, &unit, 1e-2, 5).is_err());

@@ -3,7 +3,7 @@
 
 use crate::element::Element;
 use crate::entropy::frames::{level_for, zstd_compress};
-use crate::entropy::huffman::{add_histogram, histogram, Codebook};
+use crate::entropy::huffman::{add_counts, Codebook};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
 use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
@@ -93,7 +93,10 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 /// pass (see `blockset`); otherwise each sample is coded like a chunk of its own.
 fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
     let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, data, shape, q)).collect();
-    let hist = coded.iter().map(|c| histogram(&c.symbols, q.alphabet())).fold(vec![0u64; q.alphabet()], |h, c| add_histogram(h, &c));
+    let mut hist = vec![0u64; q.alphabet()];
+    for c in &coded {
+        add_counts(&mut hist, &c.symbols);
+    }
     let codebook = Codebook::from_histogram(&hist);
     let mut bits = Vec::new();
     // The codebook is part of the cost: on small arrays it can outweigh the codes themselves.

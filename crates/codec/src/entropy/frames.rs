@@ -16,8 +16,20 @@ pub const FRAME_BYTES: usize = 1 << 20;
 const MIN_ZSTD_FRAME: u64 = 9;
 
 pub fn zstd_compress(raw: &[u8], level: i32) -> Vec<u8> {
+    // One context per thread: creating one per call cost more than compressing the small
+    // frames of unit-block chunks and samples.
+    thread_local! {
+        static CONTEXT: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    }
     // Writing into memory cannot fail except on allocation failure, which aborts anyway.
-    zstd::bulk::compress(raw, level).expect("zstd compression into memory")
+    CONTEXT.with(|c| {
+        let mut c = c.borrow_mut();
+        let compressor = match c.as_mut() {
+            Some(compressor) => compressor,
+            None => c.insert(zstd::bulk::Compressor::new(level).expect("a zstd context")),
+        };
+        compressor.set_compression_level(level).and_then(|_| compressor.compress(raw)).expect("zstd compression into memory")
+    })
 }
 
 /// The zstd level for a frame, or `None` to store it. A level-1 trial on a slice tells dense

@@ -76,13 +76,28 @@ pub struct Codebook {
 
 /// Symbol counts over an alphabet, block by block in parallel (a chunk can hold a whole array).
 pub fn histogram(symbols: &[u16], alphabet: usize) -> Vec<u64> {
-    let parts: Vec<(usize, Vec<u64>)> = symbols.par_chunks(1 << 20).map(count_block).collect();
+    let parts: Vec<(usize, Vec<u64>)> = symbols.par_chunks(COUNT_BLOCK).map(count_block).collect();
     let mut h = vec![0u64; alphabet];
     for (lo, counts) in parts {
-        h[lo..lo + counts.len()].iter_mut().zip(counts).for_each(|(a, b)| *a += b);
+        add_range(&mut h, lo, &counts);
     }
     h
 }
+
+/// Adds the counts of `symbols` to `h` (which must cover them). For many short symbol lists
+/// (unit blocks, samples): a whole-alphabet table per list cost more to clear than to fill.
+pub fn add_counts(h: &mut [u64], symbols: &[u16]) {
+    for block in symbols.chunks(COUNT_BLOCK) {
+        let (lo, counts) = count_block(block);
+        add_range(h, lo, &counts);
+    }
+}
+
+fn add_range(h: &mut [u64], lo: usize, counts: &[u64]) {
+    h[lo..lo + counts.len()].iter_mut().zip(counts).for_each(|(a, b)| *a += b);
+}
+
+const COUNT_BLOCK: usize = 1 << 20;
 
 /// Counts of one block over its own symbol range: the first symbol and the counts from it.
 /// Four interleaved tables: runs of one symbol, the rule on smooth data, would otherwise wait
