@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amrzip.amr.boxes import coarsen, covered_mask, difference, intersect, num_cells, refine, subtract, union
+from amrzip.amr.boxes import coarsen, convert, covered_mask, difference, intersect, num_cells, refine, subtract, union
 
 
 @st.composite
@@ -52,3 +52,41 @@ def test_covered_mask_matches_coarsened_cells():
     mask = covered_mask(box, fine, (2, 2))
     covered = cells([coarsen(f, (2, 2)) for f in fine]) & cells([box])
     assert {tuple(int(v) for v in c) for c in np.argwhere(mask)} == covered
+
+
+@settings(max_examples=100, deadline=None)
+@given(boxes(dim=3, n=(1, 1)), st.integers(1, 4), st.tuples(st.booleans(), st.booleans(), st.booleans()))
+def test_node_boxes_refine_coarsen_and_convert(b, r, node):
+    (box,) = b
+    ratio = (r, r, r)
+    nodes = convert(box, None, node)
+    fine = refine(nodes, ratio, node)
+    assert coarsen(fine, ratio, node) == nodes
+    # Brute force per dimension: node i of a box sits where fine node i*r does; cells as before.
+    for d in range(3):
+        if node[d]:
+            assert (fine[0][d], fine[1][d]) == (nodes[0][d] * r, nodes[1][d] * r)
+            assert nodes[1][d] == box[1][d] + 1
+            # Coarsening encloses: the coarse nodes around any fine node range.
+            lo, hi = nodes[0][d] * r + 1, nodes[1][d] * r - 1
+            if lo <= hi:
+                c = coarsen(((lo,) * 3, (hi,) * 3), ratio, node)
+                assert c[0][d] * r <= lo and c[1][d] * r >= hi and c[1][d] - c[0][d] <= (hi - lo) // r + 1
+    assert convert(nodes, node, None) == box
+
+
+def test_covered_mask_of_node_data_marks_coinciding_nodes():
+    # Coarse nodes 0..8 along x, ratio 2: a fine node box 3..9 holds fine nodes 4, 6, 8, i.e. coarse 2..4.
+    node = (True, False)
+    mask = covered_mask(((0, 0), (8, 3)), [((3, 0), (9, 7))], (2, 2), node)
+    assert [int(i) for i in np.flatnonzero(mask[:, 0])] == [2, 3, 4]
+    assert mask[2:5].all() and not mask[:2].any() and not mask[5:].any()
+    # A fine box between two coarse nodes covers none.
+    assert not covered_mask(((0, 0), (8, 3)), [((3, 0), (3, 7))], (2, 2), node).any()
+
+
+def test_node_flags_must_match_the_dimension():
+    import pytest
+
+    with pytest.raises(ValueError, match="not 2-dimensional"):
+        refine(((0, 0), (1, 1)), (2, 2), node=(True,))

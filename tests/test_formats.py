@@ -347,6 +347,38 @@ def test_write_from_arrays_float32_and_replace(tmp_path):
         write_plotfile(h, tmp_path / "bad", dtype=np.int32)
 
 
+def test_node_centred_plotfile_round_trip(tmp_path):
+    """Nodal data: boxes carry index type (1, 1) in the cell headers, the level domain stays
+    its cells, coverage counts coinciding nodes, and the store refuses what it cannot rebuild."""
+    import amrzip
+
+    rng = np.random.default_rng(2)
+    boxes0 = [((0, 0), (8, 8))]  # the nodes of cells 0..7
+    boxes1 = [((4, 4), (10, 12))]
+    lv0 = {"boxes": boxes0, "ref_ratio": 2, "data": {"phi": [rng.random(box_shape(b)) for b in boxes0]}}
+    lv1 = {"boxes": boxes1, "data": {"phi": [rng.random(box_shape(b)) for b in boxes1]}}
+    h = Hierarchy.from_arrays([lv0, lv1], prob_lo=(0.0, 0.0), prob_hi=(1.0, 1.0), node=(True, True))
+    assert h.nodal == (True, True) and h.level(0).domain == ((0, 0), (7, 7)) and h.level(1).domain == ((0, 0), (15, 15))
+    covered = h.covered_mask(0, 0)
+    assert {tuple(int(v) for v in c) for c in np.argwhere(covered)} == {(i, j) for i in (2, 3, 4, 5) for j in (2, 3, 4, 5, 6)}
+    out = write_plotfile(h, tmp_path / "plt")
+    assert "((0,0) (8,8) (1,1))" in (out / "Level_0" / "Cell_H").read_text()
+    back = read(out)
+    assert back.nodal == (True, True)
+    assert_same(h, back)
+    with pytest.raises(ValueError, match="node-centred"):
+        amrzip.write(back, tmp_path / "store", rel=1e-3)
+
+
+def test_mixed_index_types_are_refused(tmp_path):
+    h = Hierarchy.from_arrays([{"boxes": [((0,), (3,)), ((4,), (7,))], "data": {"u": [np.arange(4.0), np.arange(4.0)]}}], prob_lo=(0.0,), prob_hi=(1.0,))
+    out = write_plotfile(h, tmp_path / "plt")
+    cell_h = out / "Level_0" / "Cell_H"
+    cell_h.write_text(cell_h.read_text().replace("((4) (7) (0))", "((4) (7) (1))", 1))
+    with pytest.raises(ValueError, match="different index types"):
+        read(out)
+
+
 def test_failed_write_leaves_nothing(tmp_path):
     h = Hierarchy.from_arrays([{"boxes": [((0,), (3,))], "data": {"u": [np.arange(4.0)]}}], prob_lo=(0.0,), prob_hi=(1.0,))
     good = write_plotfile(h, tmp_path / "plt")

@@ -5,7 +5,7 @@
 //! cell do not exist.
 
 use amrzip_codec::blockset::Block;
-use amrzip_codec::Element;
+use amrzip_codec::{for_each_index, Element};
 use std::collections::BTreeMap;
 
 /// Memory order of a box's array indexed `[i, j, k]`.
@@ -113,25 +113,18 @@ impl Tiling {
     }
 }
 
-/// Calls `f(offset)` for every cell of the box `lo..=hi` (inclusive), in C order.
+/// Calls `f(cell)` for every cell of the box `lo..=hi` (inclusive), in C order.
 pub(crate) fn for_each_cell(lo: &[i64], hi: &[i64], mut f: impl FnMut(&[i64])) {
-    let nd = lo.len();
+    let Some(extent) = lo.iter().zip(hi).map(|(&l, &h)| usize::try_from(h - l + 1).ok()).collect::<Option<Vec<usize>>>() else {
+        return;
+    };
     let mut cell = lo.to_vec();
-    loop {
-        f(&cell);
-        let mut d = nd;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            if cell[d] < hi[d] {
-                cell[d] += 1;
-                break;
-            }
-            cell[d] = lo[d];
+    for_each_index(&extent, |pos| {
+        for ((c, &l), &p) in cell.iter_mut().zip(lo).zip(pos) {
+            *c = l + p as i64;
         }
-    }
+        f(&cell)
+    });
 }
 
 /// Offset of `cell` in an array over `lo..=hi` (shape `shape`) in `layout`.

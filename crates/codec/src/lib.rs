@@ -31,6 +31,7 @@ mod target;
 mod threads;
 
 pub use element::{DType, Element};
+pub use grid::for_each_index;
 pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
 pub use predictor::PredictorKind;

@@ -1,7 +1,9 @@
 """The in-memory AMR hierarchy: levels of integer boxes with per-box numpy arrays.
 
 Conventions (those of AMReX, which Chombo shares): a box is ``(lo, hi)``, two tuples of
-inclusive integer cell indices in its level's index space, x first. Level ``L + 1`` refines level
+inclusive integer cell indices in its level's index space, x first. Data on nodes (cell
+corners) has node boxes instead: ``Hierarchy.nodal`` says, per dimension, which index type
+every box of the hierarchy has; a level's ``domain`` is always its cells. Level ``L + 1`` refines level
 ``L`` by ``ref_ratio`` per dimension. A box's data for one field is a numpy array of the box's
 shape indexed ``[i, j, k]`` (x first); arrays read from files are views of the file (memory
 maps), not copies.
@@ -100,6 +102,7 @@ class Hierarchy:
     ``prob_lo``/``prob_hi`` bound the physical domain; ``coord_sys`` is 0 (Cartesian),
     1 (cylindrical) or 2 (spherical), as AMReX numbers them. ``attrs`` keeps what a reader
     found that has no place in the model (source format, ghost cells, code version...).
+    ``node`` flags the dimensions along which the data sits on nodes (empty: cells everywhere).
     """
 
     fields: list[str]
@@ -110,10 +113,16 @@ class Hierarchy:
     time: float = 0.0
     step: int = 0
     attrs: dict = field(default_factory=dict)
+    node: tuple[bool, ...] = ()
 
     @property
     def dim(self) -> int:
         return len(self.prob_lo)
+
+    @property
+    def nodal(self) -> tuple[bool, ...]:
+        """Per dimension, whether the boxes index nodes rather than cells."""
+        return tuple(bool(v) for v in self.node) if self.node else (False,) * self.dim
 
     @property
     def num_levels(self) -> int:
@@ -133,12 +142,13 @@ class Hierarchy:
         return np.dtype(np.float64)
 
     def covered_mask(self, L: int, i: int) -> np.ndarray:
-        """Boolean array over box ``i`` of level ``L``: True where level ``L + 1`` covers the cell."""
+        """Boolean array over box ``i`` of level ``L``: True where level ``L + 1`` covers the cell
+        (or node)."""
         from amrzip.amr.boxes import covered_mask
 
         lev = self.level(L)
         finer = self.levels[L + 1].boxes if L + 1 < len(self.levels) else []
-        return covered_mask(lev.boxes[i], finer, lev.ref_ratios)
+        return covered_mask(lev.boxes[i], finer, lev.ref_ratios, self.nodal)
 
     @classmethod
     def from_arrays(
@@ -151,6 +161,7 @@ class Hierarchy:
         time: float = 0.0,
         step: int = 0,
         attrs: Optional[dict] = None,
+        node: Optional[Sequence[bool]] = None,
     ) -> "Hierarchy":
         """A hierarchy from in-memory data.
 
@@ -158,12 +169,16 @@ class Hierarchy:
         per box]}``), ``ref_ratio`` (int or per-dimension tuple; omit at the finest level),
         optional ``domain`` (the level's index space; the coarsest level's defaults to the
         bounding box of its boxes, finer ones to the refined coarser domain) and ``owners``.
+        ``node`` flags node-centred dimensions (see the module's conventions).
         """
         dim = len(prob_lo)
         if len(prob_hi) != dim or not 1 <= dim <= 3:
             raise ValueError("prob_lo and prob_hi must have the same length, 1 to 3")
         if not levels:
             raise ValueError("a hierarchy needs at least one level")
+        nodal = tuple(bool(v) for v in node) if node is not None else (False,) * dim
+        if len(nodal) != dim:
+            raise ValueError(f"node flags {tuple(node)} are not {dim}-dimensional")
         fields = list(levels[0]["data"])
         built: list[Level] = []
         extent = np.array(prob_hi, dtype=float) - np.array(prob_lo, dtype=float)
@@ -187,7 +202,11 @@ class Hierarchy:
             elif L == 0:
                 if not boxes:
                     raise ValueError("level 0 has no boxes: give its domain")
-                domain = (tuple(min(b[0][d] for b in boxes) for d in range(dim)), tuple(max(b[1][d] for b in boxes) for d in range(dim)))
+                # Node boxes end one past the cells they bound.
+                domain = (
+                    tuple(min(b[0][d] for b in boxes) for d in range(dim)),
+                    tuple(max(b[1][d] for b in boxes) - nodal[d] for d in range(dim)),
+                )
             else:
                 plo, phi = built[-1].domain
                 pr = built[-1].ref_ratios
@@ -197,4 +216,7 @@ class Hierarchy:
             arrays = {f: [np.asarray(a) for a in data[f]] for f in fields}
             owners = [int(o) for o in spec.get("owners", [0] * len(boxes))]
             built.append(Level(boxes, ratios, dx, domain, owners, fields, lambda f, i, arrays=arrays: arrays[f][i]))
-        return cls(fields, built, tuple(map(float, prob_lo)), tuple(map(float, prob_hi)), coord_sys, float(time), int(step), dict(attrs or {}))
+        return cls(
+            fields, built, tuple(map(float, prob_lo)), tuple(map(float, prob_hi)), coord_sys, float(time), int(step), dict(attrs or {}),
+            nodal if any(nodal) else (),
+        )

@@ -182,15 +182,19 @@ def _parse_cell_header(path: Path, dim: int) -> dict:
         if not head.startswith("("):
             raise src.fail("box array")
         nbox = int(head[1:].split()[0])
-        boxes = []
+        boxes, kinds = [], set()
         for _ in range(nbox):
             m = _BOX_RE.search(src.next("a box"))
             if m is None:
                 raise src.fail("box")
-            box, _kind = _parse_box(m)
-            if len(box[0]) != dim:
-                raise src.fail(f"box (not {dim}-dimensional)")
+            box, kind = _parse_box(m)
+            if len(box[0]) != dim or len(kind) != dim or not set(kind) <= {0, 1}:
+                raise src.fail(f"box (not {dim}-dimensional, or an index type other than 0/1 per dimension)")
             boxes.append(box)
+            kinds.add(kind)
+        if len(kinds) > 1:
+            raise ValueError(f"{path}: boxes of different index types {sorted(kinds)} in one box array")
+        ch["node"] = tuple(bool(v) for v in kinds.pop()) if kinds else (False,) * dim
         if src.next_nonblank("the box array's closing parenthesis").strip() != ")":
             raise src.fail("box array end")
         nfab = int(src.next_nonblank("the number of FABs"))
@@ -348,10 +352,15 @@ def read_plotfile(path) -> Hierarchy:
     levels: list[Level] = []
     versions = []
     ngrows = []
+    node = None
     for L, rel in enumerate(hd["paths"]):
         boxes, owners, load, ch = _read_level(root, L, rel, dim, len(fields), files)
         versions.append(ch["version"])
         ngrows.append(ch["ngrow"])
+        if boxes:
+            if node is not None and ch["node"] != node:
+                raise ValueError(f"{root}: level {L} holds data of index type {ch['node']}, an earlier level {node}")
+            node = ch["node"]
         domain = hd["domains"][L]
         if L + 1 < nlev:
             ratios = _ref_ratios(domain, hd["domains"][L + 1], hd["ref_ratio"], L, root)
@@ -386,6 +395,7 @@ def read_plotfile(path) -> Hierarchy:
         time=float(hd["time"]),
         step=int(steps[0]) if steps else 0,
         attrs=attrs,
+        node=node if node and any(node) else (),
     )
 
 
@@ -403,10 +413,10 @@ def _ref_ratios(coarse: Box, fine: Box, header_ratios, L: int, root: Path) -> tu
 # writing
 
 
-def _fmt_box(box: Box) -> str:
+def _fmt_box(box: Box, node=None) -> str:
     lo, hi = box
-    z = ",".join("0" for _ in lo)
-    return f"(({','.join(map(str, lo))}) ({','.join(map(str, hi))}) ({z}))"
+    kind = ",".join("1" if n else "0" for n in (node or (False,) * len(lo)))
+    return f"(({','.join(map(str, lo))}) ({','.join(map(str, hi))}) ({kind}))"
 
 
 def _fmt_real(v: float) -> str:
@@ -439,14 +449,14 @@ def _write_level(h: Hierarchy, L: int, level_dir: Path, dt: np.dtype) -> None:
                     continue
                 box = lev.boxes[i]
                 fods[i] = (name, f.tell())
-                f.write(f"FAB {rd}{_fmt_box(box)} {ncomp}\n".encode("ascii"))
+                f.write(f"FAB {rd}{_fmt_box(box, h.nodal)} {ncomp}\n".encode("ascii"))
                 for c, field in enumerate(fields):
                     a = np.asarray(lev.box_data(field, i))
                     if a.size:
                         mins[i, c], maxs[i, c] = a.min(), a.max()
                     f.write(np.asarray(a, dtype=dt).tobytes(order="F"))
     lines = ["1", "1", str(ncomp), "0", f"({len(lev.boxes)} 0"]
-    lines += [_fmt_box(b) for b in lev.boxes]
+    lines += [_fmt_box(b, h.nodal) for b in lev.boxes]
     lines += [")", str(len(lev.boxes))]
     lines += [f"FabOnDisk: {name} {off}" for name, off in fods]
     lines.append("")
@@ -475,8 +485,9 @@ def _write_header(h: Hierarchy, root: Path, steps: list[int]) -> None:
         dlo = lev.domain[0]
         for lo, hi in lev.boxes:
             for d in range(dim):
+                # The physical extent of the box's cells (a node box ends on its last node).
                 x0 = h.prob_lo[d] + (lo[d] - dlo[d]) * lev.dx[d]
-                x1 = h.prob_lo[d] + (hi[d] + 1 - dlo[d]) * lev.dx[d]
+                x1 = h.prob_lo[d] + (hi[d] + 1 - h.nodal[d] - dlo[d]) * lev.dx[d]
                 out.append(f"{_fmt_real(x0)} {_fmt_real(x1)}")
         out.append(f"Level_{L}/Cell")
     (root / "Header").write_text("\n".join(out) + "\n", encoding="utf-8")

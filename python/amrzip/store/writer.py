@@ -282,6 +282,9 @@ def write(
         raise TypeError(f"write() takes an amrzip.amr.Hierarchy, got {type(h).__name__}")
     if mode not in ("ratio", "speed"):
         raise ValueError(f"mode must be 'ratio' or 'speed', got {mode!r}")
+    if any(h.nodal):
+        # Covered values are rebuilt by averaging cells down; nodes would need injection.
+        raise ValueError(f"the store keeps cell-centred data; this hierarchy is node-centred along {h.nodal}")
     per_field = field_bounds(h.fields, rel=rel, abs=abs, bounds=bounds)
     name = layout.check_snapshot_name(snapshot if snapshot is not None else f"step_{h.step:06d}")
     path = Path(path)

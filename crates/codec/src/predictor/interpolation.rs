@@ -401,24 +401,27 @@ fn passes(shape: &[usize], order: DimOrder) -> impl Iterator<Item = Pass> + '_ {
     })
 }
 
+/// One group of rows of a pass, with what visiting them needs.
+struct RowGroup<'a, T> {
+    buf: &'a SharedBuf<T>,
+    pass: &'a Pass,
+    rows: &'a [(usize, usize)],
+    shape: &'a [usize],
+    strides: &'a [usize],
+    spline: Spline,
+}
+
 /// Visits one group of rows of a pass.
 #[inline(always)]
-fn visit_rows<T: Element, V: Visit<T>>(
-    buf: &SharedBuf<T>,
-    pass: &Pass,
-    rows: &[(usize, usize)],
-    shape: &[usize],
-    st: &[usize],
-    spline: Spline,
-    v: &mut V,
-) {
+fn visit_rows<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
+    let RowGroup { buf, pass, rows, shape, strides, spline } = *g;
     let nd = shape.len();
     let cs = &pass.coords[nd - 1];
     for &(base, x) in rows {
         if pass.k == nd - 1 {
             line(buf, base, cs, pass.s, shape[nd - 1], spline, v);
         } else {
-            let stencil = Stencil::new(x, pass.s, shape[pass.k] - 1, spline).scaled(st[pass.k]);
+            let stencil = Stencil::new(x, pass.s, shape[pass.k] - 1, spline).scaled(strides[pass.k]);
             row(buf, base, cs, &stencil, v);
         }
     }
@@ -426,33 +429,17 @@ fn visit_rows<T: Element, V: Visit<T>>(
 
 /// `visit_rows` compiled for the widest vector unit the CPU has. AVX2 changes no result: Rust
 /// never fuses a multiply and an add on its own, and conversions round the same way.
-fn visit_rows_fastest<T: Element, V: Visit<T>>(
-    buf: &SharedBuf<T>,
-    pass: &Pass,
-    rows: &[(usize, usize)],
-    shape: &[usize],
-    st: &[usize],
-    spline: Spline,
-    v: &mut V,
-) {
+fn visit_rows_fastest<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
-        unsafe fn avx2<T: Element, V: Visit<T>>(
-            buf: &SharedBuf<T>,
-            pass: &Pass,
-            rows: &[(usize, usize)],
-            shape: &[usize],
-            st: &[usize],
-            spline: Spline,
-            v: &mut V,
-        ) {
-            visit_rows(buf, pass, rows, shape, st, spline, v)
+        unsafe fn avx2<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
+            visit_rows(g, v)
         }
         // Safety: the CPU has AVX2.
-        return unsafe { avx2(buf, pass, rows, shape, st, spline, v) };
+        return unsafe { avx2(g, v) };
     }
-    visit_rows(buf, pass, rows, shape, st, spline, v)
+    visit_rows(g, v)
 }
 
 /// The chunk's shape and the predictor's settings, as both walks need them.
@@ -487,7 +474,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
             .zip(symbols[pos..pos + count].par_chunks_mut(group_points))
             .map(|(rows, syms)| {
                 let mut v = EncodeVisitor::new(&lq, syms);
-                visit_rows_fastest(&buf, &pass, rows, shape, &st, spline, &mut v);
+                visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape, strides: &st, spline }, &mut v);
                 (v.exact, v.absent)
             })
             .collect();
@@ -533,7 +520,7 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
         }
         pass.rows.par_chunks(pass.group_rows()).zip(pass_symbols.par_chunks(group_points)).enumerate().for_each(|(g, (rows, syms))| {
             let mut v = DecodeVisitor::counted(&lq, syms, &exact[starts[g]..starts[g] + counts[g]]);
-            visit_rows_fastest(&buf, &pass, rows, shape, &st, spline, &mut v);
+            visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape, strides: &st, spline }, &mut v);
         });
         sym_pos += pass_symbols.len();
         exact_pos = acc;
