@@ -165,3 +165,43 @@ pub fn decode_region<'py>(
         d => Err(PyValueError::new_err(format!("unsupported dtype {d:?}"))),
     }
 }
+
+fn decode_chunks_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    chunks: &[(Vec<i64>, Vec<u8>)],
+    codebooks: &[Vec<u8>],
+    tiling: &Tiling,
+    eb: f64,
+    threads: Option<usize>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let chunk_refs: Vec<(Vec<i64>, &[u8])> = chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
+    let books: Vec<&[u8]> = codebooks.iter().map(Vec::as_slice).collect();
+    let decoded: Vec<Vec<T>> =
+        py.detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_chunks(&chunk_refs, &books, tiling, eb))).map_err(to_py)?;
+    decoded.into_iter().map(|values| Ok(PyArray1::from_vec(py, values).reshape(tiling.chunk.clone())?.into_any())).collect()
+}
+
+/// decode_chunks(chunks, codebooks, origin, unit, chunk, eb, dtype) -> list[ndarray]
+///
+/// Like `decode_region` for each chunk over its own extent, decoded in parallel.
+#[pyfunction]
+#[pyo3(signature = (chunks, codebooks, origin, unit, chunk, eb, dtype, threads=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn decode_chunks<'py>(
+    py: Python<'py>,
+    chunks: Vec<(Vec<i64>, Vec<u8>)>,
+    codebooks: Vec<Vec<u8>>,
+    origin: Vec<i64>,
+    unit: Vec<usize>,
+    chunk: Vec<usize>,
+    eb: f64,
+    dtype: &str,
+    threads: Option<usize>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let tiling = tiling(origin, unit, chunk)?;
+    match dtype {
+        "float32" => decode_chunks_typed::<f32>(py, &chunks, &codebooks, &tiling, eb, threads),
+        "float64" => decode_chunks_typed::<f64>(py, &chunks, &codebooks, &tiling, eb, threads),
+        d => Err(PyValueError::new_err(format!("unsupported dtype {d:?}"))),
+    }
+}

@@ -176,32 +176,43 @@ class Dataset:
             }
         return self._arrays[key]
 
-    def _chunk(self, L: int, field: str, index: tuple) -> Optional[np.ndarray]:
-        """Chunk ``index`` of the (level, field) array decoded over its whole extent (NaN where
-        nothing is stored), or None when the chunk does not exist. Recently used chunks are kept,
-        so reads that overlap (boxes sharing a chunk, covered cells rebuilt from the finer
-        level) read and decode each chunk once."""
-        key = (L, field, index)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
+    def _chunks(self, L: int, field: str, indices: list) -> dict:
+        """Chunks ``indices`` of the (level, field) array, each decoded over its whole extent
+        (NaN where nothing is stored), or None for a chunk that does not exist. Those not in
+        the cache are decoded together, in parallel. Recently used chunks are kept, so reads
+        that overlap (boxes sharing a chunk, covered cells rebuilt from the finer level) read
+        and decode each chunk once."""
+        out, missing = {}, []
+        for index in indices:
+            key = (L, field, index)
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                out[index] = self._cache[key]
+            else:
+                out[index] = None
+                missing.append(index)
+        if not missing:
+            return out
         a = self._array(L, field)
-        f = a["dir"] / layout.chunk_key(index)
-        if not f.exists():
-            return None
-        data = f.read_bytes()
-        self.bytes_read += len(data)
-        chunk = a["chunk"]
-        lo = [o + i * c for o, i, c in zip(a["origin"], index, chunk)]
-        hi = [l + c - 1 for l, c in zip(lo, chunk)]
+        files = {index: a["dir"] / layout.chunk_key(index) for index in missing}
+        stored = [(index, files[index].read_bytes()) for index in missing if files[index].exists()]
+        self.bytes_read += sum(len(data) for _, data in stored)
         try:
-            out = _core.decode_region([(list(index), data)], a["codebooks"], a["origin"], a["unit"], chunk, a["eb"], lo, hi, a["dtype"])
+            decoded = _core.decode_chunks([(list(i), data) for i, data in stored], a["codebooks"], a["origin"], a["unit"], a["chunk"], a["eb"], a["dtype"])
         except ValueError as e:
-            raise type(e)(f"{f}: {e}") from None
-        if a["offset"]:
-            out += out.dtype.type(a["offset"])
-        self._cache[key] = out
-        self._cached_bytes += out.nbytes
+            # Name the damaged file: decode each alone until one fails.
+            for index, data in stored:
+                try:
+                    _core.decode_chunks([(list(index), data)], a["codebooks"], a["origin"], a["unit"], a["chunk"], a["eb"], a["dtype"])
+                except ValueError as one:
+                    raise type(one)(f"{files[index]}: {one}") from None
+            raise
+        for (index, _), chunk in zip(stored, decoded):
+            if a["offset"]:
+                chunk += chunk.dtype.type(a["offset"])
+            out[index] = chunk
+            self._cache[(L, field, index)] = chunk
+            self._cached_bytes += chunk.nbytes
         while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
             _, old = self._cache.popitem(last=False)
             self._cached_bytes -= old.nbytes
@@ -213,8 +224,7 @@ class Dataset:
         origin, chunk = a["origin"], a["chunk"]
         out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
         ranges = [range(max(0, (region[0][d] - origin[d]) // chunk[d]), (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
-        for index in itertools.product(*ranges):
-            data = self._chunk(L, field, index)
+        for index, data in self._chunks(L, field, list(itertools.product(*ranges))).items():
             if data is None:
                 continue
             lo = [o + i * c for o, i, c in zip(origin, index, chunk)]
