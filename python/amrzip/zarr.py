@@ -211,9 +211,9 @@ if ArrayBytesCodec is not None:
             shape = list(chunk_spec.shape)
             dtype = chunk_spec.dtype.to_native_dtype()
             origin = [0] * len(shape)
-            arr = _core.decode_region(
+            (arr,) = _core.decode_chunks(
                 [(origin, chunk_bytes.to_bytes())], self._codebooks, origin, list(self.configuration["unit"]), shape,
-                float(self.configuration["eb"]), origin, [n - 1 for n in shape], np.dtype(dtype).name,
+                float(self.configuration["eb"]), np.dtype(dtype).name,
             )
             offset = self.configuration.get("offset", 0.0)
             if offset:

@@ -119,53 +119,6 @@ pub fn compress_level<'py>(
     }
 }
 
-fn decode_typed<'py, T: Element + numpy::Element>(
-    py: Python<'py>,
-    chunks: &[(Vec<i64>, Vec<u8>)],
-    codebooks: &[Vec<u8>],
-    tiling: &Tiling,
-    eb: f64,
-    (lo, hi): (&[i64], &[i64]),
-    threads: Option<usize>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let chunk_refs: Vec<(Vec<i64>, &[u8])> = chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
-    let books: Vec<&[u8]> = codebooks.iter().map(Vec::as_slice).collect();
-    let values: Vec<T> = py
-        .detach(|| amrzip_codec::run_with_threads(threads, || amr::decode_region(&chunk_refs, &books, tiling, eb, lo, hi)))
-        .map_err(to_py)?;
-    let shape: Vec<usize> = lo.iter().zip(hi).map(|(&l, &h)| (h - l + 1) as usize).collect();
-    Ok(PyArray1::from_vec(py, values).reshape(shape)?.into_any())
-}
-
-/// decode_region(chunks, codebooks, origin, unit, chunk, eb, lo, hi, dtype) -> ndarray
-///
-/// `chunks`: (chunk index, bytes) of the chunks the region touches; `eb` the bound they were
-/// quantized with. Returns the region
-/// `lo..=hi` (C order, indexed [i, j, k]); cells no chunk stores are NaN.
-#[pyfunction]
-#[pyo3(signature = (chunks, codebooks, origin, unit, chunk, eb, lo, hi, dtype, threads=None))]
-#[allow(clippy::too_many_arguments)]
-pub fn decode_region<'py>(
-    py: Python<'py>,
-    chunks: Vec<(Vec<i64>, Vec<u8>)>,
-    codebooks: Vec<Vec<u8>>,
-    origin: Vec<i64>,
-    unit: Vec<usize>,
-    chunk: Vec<usize>,
-    eb: f64,
-    lo: Vec<i64>,
-    hi: Vec<i64>,
-    dtype: &str,
-    threads: Option<usize>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let tiling = tiling(origin, unit, chunk)?;
-    match dtype {
-        "float32" => decode_typed::<f32>(py, &chunks, &codebooks, &tiling, eb, (&lo, &hi), threads),
-        "float64" => decode_typed::<f64>(py, &chunks, &codebooks, &tiling, eb, (&lo, &hi), threads),
-        d => Err(PyValueError::new_err(format!("unsupported dtype {d:?}"))),
-    }
-}
-
 fn decode_chunks_typed<'py, T: Element + numpy::Element>(
     py: Python<'py>,
     chunks: &[(Vec<i64>, Vec<u8>)],
@@ -183,7 +136,9 @@ fn decode_chunks_typed<'py, T: Element + numpy::Element>(
 
 /// decode_chunks(chunks, codebooks, origin, unit, chunk, eb, dtype) -> list[ndarray]
 ///
-/// Like `decode_region` for each chunk over its own extent, decoded in parallel.
+/// `chunks`: (chunk index, bytes) of chunks of one (level, field); `eb` the bound they were
+/// quantized with. Returns each chunk decoded over its own extent (C order, indexed [i, j, k];
+/// cells it does not store are NaN), all decoded in parallel.
 #[pyfunction]
 #[pyo3(signature = (chunks, codebooks, origin, unit, chunk, eb, dtype, threads=None))]
 #[allow(clippy::too_many_arguments)]

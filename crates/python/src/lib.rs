@@ -151,7 +151,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptStreamError", m.py().get_type::<CorruptStreamError>())?;
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
     m.add_function(wrap_pyfunction!(amr::compress_level, m)?)?;
-    m.add_function(wrap_pyfunction!(amr::decode_region, m)?)?;
     m.add_function(wrap_pyfunction!(amr::decode_chunks, m)?)?;
     m.add_class::<streaming::StreamEncoder>()?;
     m.add_class::<streaming::StreamDecoder>()?;
