@@ -151,6 +151,21 @@ def _trial_sample(boxes: list) -> list:
     return boxes[::step]
 
 
+def _trials(layouts: list[tuple[int, int]], size: Callable[[int, int], int]) -> dict:
+    """Trial sizes of ``layouts``. Per chunk edge, units are tried smallest first and larger ones
+    only while they keep shrinking the output: the size is unimodal in the unit edge on the
+    benchmark hierarchies, and the largest unit's trial walks the most absent cells."""
+    sizes: dict = {}
+    for edge in dict.fromkeys(c for _, c in layouts):
+        previous = None
+        for u in sorted(u for u, c in layouts if c == edge):
+            sizes[(u, edge)] = size(u, edge)
+            if previous is not None and sizes[(u, edge)] > previous:
+                break
+            previous = sizes[(u, edge)]
+    return sizes
+
+
 def _size(result: dict) -> int:
     return sum(len(b) for _, b in result["chunks"]) + sum(len(b) for b in result["codebooks"])
 
@@ -197,7 +212,7 @@ def _write_array(array_dir: Path, boxes: list, lev, layouts: list, bound: float,
     unit, edge = layouts[0]
     if len(layouts) > 1 and boxes:
         sample = _trial_sample(boxes)
-        unit, edge = _choose({(u, c): _size(compress(sample, u, c, bound)) for u, c in layouts}, layouts[0][1])
+        unit, edge = _choose(_trials(layouts, lambda u, c: _size(compress(sample, u, c, bound))), layouts[0][1])
     if conserve_mean:
         result, eb, offset = conserve(lambda eb, measure: compress(boxes, unit, edge, eb, measure), boxes, bound, dt.name)
     else:
