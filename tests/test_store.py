@@ -361,3 +361,45 @@ def test_edge_hierarchies(tmp_path):
         h = Hierarchy.from_arrays([{"boxes": [((0, 0, 0), (7, 7, 7))], "data": {"c": [values]}}], prob_lo=(0, 0, 0), prob_hi=(1, 1, 1))
         amrzip.write(h, tmp_path / name, **bound)
         np.testing.assert_array_equal(amrzip.open(tmp_path / name).level(0).field("c")[0], values)
+
+
+def test_node_centred_hierarchy_round_trip(tmp_path):
+    """Node data: every stored node within the bound, covered coarse nodes rebuilt from the fine
+    node on them, the level arrays one index longer than the cells, composites on the fine nodes."""
+    # Rough, but a function of the node's position: boxes sharing a face agree on it.
+    f = lambda x, y, z: np.sin(3 * x) * np.cos(2 * y) + z + 1e-3 * np.sin(1e4 * x * y + 7e3 * z)  # noqa: E731
+
+    def nodes(box, n):  # values of f on the nodes of box, n cells across the domain
+        return f(*np.meshgrid(*[np.arange(l, h + 1) / n for l, h in zip(*box)], indexing="ij"))
+
+    boxes0 = [((0, 0, 0), (16, 16, 8)), ((0, 0, 8), (16, 16, 16))]  # they share the nodes k = 8
+    boxes1 = [((8, 8, 8), (24, 24, 24))]
+    lv0 = {"boxes": boxes0, "ref_ratio": 2, "data": {"u": [nodes(b, 16) for b in boxes0]}}
+    lv1 = {"boxes": boxes1, "data": {"u": [nodes(b, 32) for b in boxes1]}}
+    h = Hierarchy.from_arrays([lv0, lv1], prob_lo=(0.0,) * 3, prob_hi=(1.0,) * 3, node=(True,) * 3)
+    amrzip.write(h, tmp_path / "s", abs=1e-4)
+    ds = amrzip.open(tmp_path / "s")
+    assert ds.nodal == (True,) * 3 and ds.level(0).index_space == ((0, 0, 0), (16, 16, 16))
+    fine = h.level(1).box_data("u", 0)
+    for i, box in enumerate(boxes0):
+        got = ds.read("u", region=box, level=0)
+        want = np.array(h.level(0).box_data("u", i))
+        covered = h.covered_mask(0, i)
+        assert covered.sum() == 9 * 9 * 5
+        # A covered coarse node c is the fine node at 2c (the fine box starts at node 8).
+        for idx in np.argwhere(covered):
+            want[tuple(idx)] = fine[tuple(2 * (idx + box[0]) - 8)]
+        assert np.abs(got - want).max() <= 1e-4
+    assert np.abs(ds.read("u", region=boxes1[0], level=1) - fine).max() <= 1e-4
+    u = ds.to_uniform("u")
+    assert u.shape == (33, 33, 33) and not np.isnan(u).any()
+    assert np.abs(u[8:25, 8:25, 8:25] - fine).max() <= 1e-4
+    assert amrzip.open(tmp_path / "s").to_hierarchy().nodal == (True,) * 3
+    meta = tmp_path / "s" / ds.path.name / "zarr.json"
+    doc = json.loads(meta.read_text())
+    assert doc["attributes"]["amrzip"]["version"] == 2
+    for bad in ("x", [True], [1, 0, 0]):
+        doc["attributes"]["amrzip"]["node"] = bad
+        meta.write_text(json.dumps(doc))
+        with pytest.raises(StoreError, match="node flags"):
+            amrzip.open(tmp_path / "s")

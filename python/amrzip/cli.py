@@ -855,7 +855,7 @@ def _describe_snapshot(store: Path, names: list[str], ds) -> dict:
         levels.append({
             "level": L,
             "domain": [list(lev.domain[0]), list(lev.domain[1])],
-            "shape": list(box_shape(lev.domain)),
+            "shape": list(box_shape(lev.index_space)),
             "boxes": lev.num_boxes,
             "ref_ratio": None if finest else list(lev.ref_ratios),
             "dx": list(lev.dx),
@@ -1041,7 +1041,7 @@ def extract(store, snapshot, level, fields, region_text, covered, output, as_plo
             if level >= ds.num_levels:
                 raise click.UsageError(f"--level {level}: {where} has levels 0 to {ds.num_levels - 1}")
             lev = ds.level(level)
-            region = lev.domain if region_text is None else _parse_region(region_text, ds.dim, lev.domain, level)
+            region = lev.index_space if region_text is None else _parse_region(region_text, ds.dim, lev.index_space, level)
             field = chosen[0]
             with _activity(f"extracting {field}", math.prod(box_shape(region)) * itemsize[field]):
                 array = ds.read(field, region=region, level=level, covered=covered or "average")

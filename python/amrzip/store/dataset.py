@@ -97,6 +97,8 @@ class LevelView(LevelGeometry):
         self.dx = tuple(meta["dx"])
         self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
         self.owners = list(meta["owners"])
+        # What the level's arrays span: its cells, one more index along node-centred dimensions.
+        self.index_space: Box = layout.index_space(self.domain, ds.nodal)
         # The boxes as one (n, 2, dim) array, for coverage tests against all of them at once.
         self.box_array = np.asarray(self.boxes, dtype=np.int64).reshape(len(self.boxes), 2, ds.dim)
 
@@ -115,6 +117,7 @@ class Dataset:
         self.meta = layout.validate_snapshot(layout.dig(doc, "attributes", "amrzip"), self.path / "zarr.json")
         self.fields: list[str] = list(self.meta["fields"])
         self.dim: int = self.meta["dim"]
+        self.nodal: tuple[bool, ...] = tuple(self.meta["node"])
         self._levels = [LevelView(self, L, m) for L, m in enumerate(self.meta["levels"])]
         self._arrays: dict = {}
         self._cache: OrderedDict = OrderedDict()
@@ -159,7 +162,7 @@ class Dataset:
             where = self.path / f"level_{L}" / layout.field_dir(field) / "zarr.json"
             self.bytes_read += where.stat().st_size if where.exists() else 0
             doc = layout.read_json(where)
-            cfg = layout.validate_codec(doc, where, self.dim, box_shape(lev.domain))
+            cfg = layout.validate_codec(doc, where, self.dim, box_shape(lev.index_space))
             stats = layout.dig(doc, "attributes", "amrzip")
             self._arrays[key] = {
                 "dir": where.parent,
@@ -237,18 +240,19 @@ class Dataset:
     def read(self, field: str, region=None, level: int = 0, covered: str = "average") -> np.ndarray:
         """Field ``field`` of level ``level`` over ``region`` ((lo, hi) inclusive, level index
         space; default the level's domain), indexed [i, j, k]. Cells outside every box are NaN;
-        covered cells are rebuilt from the finer levels (``covered="average"``) or NaN."""
+        covered cells are rebuilt from the finer levels (``covered="average"``: the mean of the
+        fine cells, or for node-centred data the fine node on the coarse one) or NaN."""
         if covered not in COVERED:
             raise ValueError(f"covered must be one of {COVERED}, got {covered!r}")
         lev = self.level(level)
-        region = lev.domain if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
+        region = lev.index_space if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
         out = self._stored(level, field, region)
         if covered == "average" and level + 1 < self.num_levels:
-            ratio = lev.ref_ratios
-            for piece in covered_pieces(region, self.level(level + 1).box_array, ratio):
-                fine = self.read(field, refine(piece, ratio), level + 1, covered)
+            ratio, node = lev.ref_ratios, self.nodal
+            for piece in covered_pieces(region, self.level(level + 1).box_array, ratio, node):
+                fine = self.read(field, refine(piece, ratio, node), level + 1, covered)
                 sl = tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))
-                out[sl] = average_down(fine, ratio).astype(out.dtype)
+                out[sl] = _restrict(fine, ratio, node).astype(out.dtype)
         return out
 
     def to_hierarchy(self) -> Hierarchy:
@@ -259,29 +263,45 @@ class Dataset:
             h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields), loader))
         m = self.meta
         attrs = dict(m.get("source") or {})
-        return Hierarchy(list(self.fields), h_levels, tuple(m["prob_lo"]), tuple(m["prob_hi"]), m.get("coord_sys", 0), m["time"], m["step"], attrs)
+        return Hierarchy(
+            list(self.fields), h_levels, tuple(m["prob_lo"]), tuple(m["prob_hi"]), m.get("coord_sys", 0), m["time"], m["step"], attrs,
+            self.nodal if any(self.nodal) else (),
+        )
 
     def to_uniform(self, field: str, level: Optional[int] = None) -> np.ndarray:
         """A uniform array over level ``level``'s domain (default: the finest): coarser levels
-        upsampled (piecewise constant) where no finer data exists, finer levels averaged down."""
+        upsampled (piecewise constant; for node-centred data, each coarse node also fills the
+        fine nodes up to the next one) where no finer data exists, finer levels averaged down."""
         level = self.num_levels - 1 if level is None else level
         top = self.level(level)
-        out = np.full(box_shape(top.domain), np.nan, dtype=self._array(level, field)["dtype"])
+        out = np.full(box_shape(top.index_space), np.nan, dtype=self._array(level, field)["dtype"])
         for L in range(level + 1):
             ratio = [1] * self.dim
             for k in range(L, level):
                 ratio = [r * q for r, q in zip(ratio, self.level(k).ref_ratios)]
-            covered = "average" if L == level else "nan"
+            # Finer levels paint over coarse data afterwards, so covered coarse values are not
+            # needed, except at nodes: the last covered node also fills the fine nodes past it.
+            covered = "average" if L == level or any(self.nodal) else "nan"
             for box in self.level(L).boxes:
                 data = self.read(field, box, L, covered)
                 for d, r in enumerate(ratio):
                     if r > 1:
-                        data = np.repeat(data, r, axis=d)
+                        # A coarse node box of n nodes spans (n - 1) * r + 1 fine nodes.
+                        data = np.repeat(data, r, axis=d)[(slice(None),) * d + (slice(0, data.shape[d] * r - (r - 1) * self.nodal[d]),)]
                 lo = [l * r - t for l, r, t in zip(box[0], ratio, top.domain[0])]
                 sl = tuple(slice(a, a + n) for a, n in zip(lo, data.shape))
                 keep = ~np.isnan(data)
                 out[sl][keep] = data[keep]
         return out
+
+
+def _restrict(fine: np.ndarray, ratio, node) -> np.ndarray:
+    """Coarse values from the fine ones over them: cells average their fine cells, nodes take
+    the fine node they coincide with (AMReX's nodal average-down injects too)."""
+    if not any(node):
+        return average_down(fine, ratio)
+    picked = fine[tuple(slice(None, None, r) if n else slice(None) for r, n in zip(ratio, node))]
+    return average_down(picked, [1 if n else r for r, n in zip(ratio, node)])
 
 
 def average_down(fine: np.ndarray, ratio) -> np.ndarray:

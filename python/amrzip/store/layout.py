@@ -25,7 +25,10 @@ from urllib.parse import quote, unquote
 import numpy as np
 
 STORE_VERSION = 1
+# Version 2 adds "node" (node-centred data) and is written only for such data, so cell-centred
+# snapshots stay readable by version-1 readers.
 SNAPSHOT_VERSION = 1
+NODAL_SNAPSHOT_VERSION = 2
 CODEC_NAME = "amrzip.amr"
 # A snapshot name is one path component a user can type.
 _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
@@ -171,12 +174,22 @@ def _int_list(v, n=None) -> bool:
     return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and (n is None or len(v) == n)
 
 
+def index_space(domain, node) -> tuple:
+    """The indices a level's arrays span: its cells, one more along node-centred dimensions."""
+    return tuple(domain[0]), tuple(h + bool(n) for h, n in zip(domain[1], node))
+
+
 def validate_snapshot(meta, where) -> dict:
-    """Checks the snapshot metadata a reader relies on; returns it."""
+    """Checks the snapshot metadata a reader relies on; returns it, with "node" filled in."""
     _require(isinstance(meta, dict), where, "no amrzip snapshot metadata")
-    _require(meta.get("version") == SNAPSHOT_VERSION, where, f"unsupported snapshot version {meta.get('version')!r} (this build reads {SNAPSHOT_VERSION})")
+    version = meta.get("version")
+    _require(version in (SNAPSHOT_VERSION, NODAL_SNAPSHOT_VERSION), where,
+             f"unsupported snapshot version {version!r} (this build reads {SNAPSHOT_VERSION} and {NODAL_SNAPSHOT_VERSION})")
     dim = meta.get("dim")
     _require(dim in (1, 2, 3), where, f"bad dimension {dim!r}")
+    node = meta.get("node", [False] * dim) if version == NODAL_SNAPSHOT_VERSION else [False] * dim
+    _require(isinstance(node, list) and len(node) == dim and all(isinstance(n, bool) for n in node), where, f"bad node flags {node!r}")
+    meta = {**meta, "node": node}
     fields = meta.get("fields")
     _require(isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields), where, "bad field list")
     _require(len(set(fields)) == len(fields), where, "duplicate field names")
@@ -199,7 +212,7 @@ def validate_snapshot(meta, where) -> dict:
         _require(isinstance(boxes, list), w, "bad box list")
         for b in boxes:
             _require(isinstance(b, list) and len(b) == 2 and all(_int_list(c, dim) for c in b), w, f"bad box {b!r}")
-            _require(all(dom[0][d] <= b[0][d] <= b[1][d] <= dom[1][d] for d in range(dim)), w, f"box {b!r} outside the domain {dom!r}")
+            _require(all(dom[0][d] <= b[0][d] <= b[1][d] <= dom[1][d] + node[d] for d in range(dim)), w, f"box {b!r} outside the domain {dom!r}")
         _require(_int_list(lev.get("owners"), len(boxes)), w, "bad owner list")
         dx = lev.get("dx")
         _require(isinstance(dx, list) and len(dx) == dim and all(isinstance(x, (int, float)) for x in dx), w, "bad dx")

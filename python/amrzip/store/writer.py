@@ -118,11 +118,13 @@ def _layouts(h: Hierarchy, L: int, unit, chunk) -> list[tuple[int, int]]:
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1):
         raise ValueError(f"chunk= must be a positive integer (cells per side), got {chunk!r}")
     lev = h.level(L)
-    first = int(unit) if unit is not None else layout.detect_unit(lev.boxes, lev.domain[0], h.dim)
+    # Sizes are judged on the cells the boxes span (node boxes reach one index further).
+    boxes = [(lo, tuple(max(l, x - n) for l, x, n in zip(lo, hi, h.nodal))) for lo, hi in lev.boxes]
+    first = int(unit) if unit is not None else layout.detect_unit(boxes, lev.domain[0], h.dim)
     units = [first] if unit is not None else [first] + [u for u in layout.TRIED_UNITS if u > first]
     if chunk is not None:
         return [(u, -(-int(chunk) // u) * u) for u in units if u <= max(int(chunk), first)]
-    local = max(layout.chunk_edge(lev.boxes, h.dim), first)
+    local = max(layout.chunk_edge(boxes, h.dim), first)
     pairs = [(u, local) for u in units if local % u == 0]
     large = max(local, layout.LARGE_CHUNK[h.dim])
     return pairs + [(u, large) for u in units if large > local and large % u == 0]
@@ -183,8 +185,9 @@ def _snapshot_meta(h: Hierarchy, bounds, ebs, dtypes) -> dict:
             }
         )
     attrs = json.loads(json.dumps(h.attrs, default=str))  # whatever JSON can keep of the reader's extras
+    nodal = {"version": layout.NODAL_SNAPSHOT_VERSION, "node": list(h.nodal)} if any(h.nodal) else {"version": layout.SNAPSHOT_VERSION}
     return {
-        "version": layout.SNAPSHOT_VERSION,
+        **nodal,
         "dim": h.dim,
         "fields": list(h.fields),
         "dtypes": {f: dtypes[f] for f in h.fields},
@@ -200,7 +203,9 @@ def _snapshot_meta(h: Hierarchy, bounds, ebs, dtypes) -> dict:
     }
 
 
-def _write_array(array_dir: Path, boxes: list, lev, layouts: list, bound: float, dt: np.dtype, conserve_mean: bool, mode: str, options: dict) -> dict:
+def _write_array(
+    array_dir: Path, boxes: list, lev, node, layouts: list, bound: float, dt: np.dtype, conserve_mean: bool, mode: str, options: dict
+) -> dict:
     """Compresses one (level, field) given as ``boxes`` into ``array_dir`` (its chunks and
     zarr.json), trying the (unit, chunk) ``layouts`` on a sample first; returns its statistics.
     ``options`` are passed on to the core (threads, predictor, adaptive_block, shared)."""
@@ -239,7 +244,7 @@ def _write_array(array_dir: Path, boxes: list, lev, layouts: list, bound: float,
         "original_bytes": sum(a.size for _, _, a, _ in boxes) * dt.itemsize,
         "stored_bytes": _size(result),
     }
-    doc = layout.array_doc(box_shape(lev.domain), [edge] * dim, dt.name, codec, {"amrzip": stats})
+    doc = layout.array_doc(box_shape(layout.index_space(lev.domain, node)), [edge] * dim, dt.name, codec, {"amrzip": stats})
     layout.write_json_atomic(array_dir / "zarr.json", doc)
     return stats
 
@@ -297,9 +302,6 @@ def write(
         raise TypeError(f"write() takes an amrzip.amr.Hierarchy, got {type(h).__name__}")
     if mode not in ("ratio", "speed"):
         raise ValueError(f"mode must be 'ratio' or 'speed', got {mode!r}")
-    if any(h.nodal):
-        # Covered values are rebuilt by averaging cells down; nodes would need injection.
-        raise ValueError(f"the store keeps cell-centred data; this hierarchy is node-centred along {h.nodal}")
     per_field = field_bounds(h.fields, rel=rel, abs=abs, bounds=bounds)
     name = layout.check_snapshot_name(snapshot if snapshot is not None else f"step_{h.step:06d}")
     path = Path(path)
@@ -334,7 +336,7 @@ def write(
                 say(f"level {L} field {f}")
                 dt = dtypes[f]
                 boxes = [(list(lo), list(hi), _native(lev.box_data(f, i), dt), masks[L][i]) for i, (lo, hi) in enumerate(lev.boxes)]
-                stats = _write_array(level_dir / layout.field_dir(f), boxes, lev, layouts[L], ebs[f], dt, conserve_mean, mode, options)
+                stats = _write_array(level_dir / layout.field_dir(f), boxes, lev, h.nodal, layouts[L], ebs[f], dt, conserve_mean, mode, options)
                 level_summary["fields"][f] = stats
                 summary["original_bytes"] += stats["original_bytes"]
                 summary["stored_bytes"] += stats["stored_bytes"]
