@@ -200,13 +200,14 @@ class Dataset:
         files = {index: a["dir"] / layout.chunk_key(index) for index in missing}
         stored = [(index, files[index].read_bytes()) for index in missing if files[index].exists()]
         self.bytes_read += sum(len(data) for _, data in stored)
+        decode = lambda chunks: _core.decode_chunks(chunks, a["codebooks"], a["origin"], a["unit"], a["chunk"], a["eb"], a["dtype"])  # noqa: E731
         try:
-            decoded = _core.decode_chunks([(list(i), data) for i, data in stored], a["codebooks"], a["origin"], a["unit"], a["chunk"], a["eb"], a["dtype"])
-        except ValueError as e:
+            decoded = decode([(list(i), data) for i, data in stored])
+        except ValueError:
             # Name the damaged file: decode each alone until one fails.
             for index, data in stored:
                 try:
-                    _core.decode_chunks([(list(index), data)], a["codebooks"], a["origin"], a["unit"], a["chunk"], a["eb"], a["dtype"])
+                    decode([(list(index), data)])
                 except ValueError as one:
                     raise type(one)(f"{files[index]}: {one}") from None
             raise
