@@ -267,18 +267,28 @@ def test_truncation_anywhere_names_the_file(tmp_path):
         read(out)
 
 
+def _against_yt(folder: Path, name: str):
+    """Our hierarchy of a shared file, yt's dataset of it, and the (level, box) of a yt grid."""
+    yt = _yt()
+    h = load(name)
+    ds = yt.load(str(folder / name))
+    where = {(L, b[0]): i for L, lev in enumerate(h.levels) for i, b in enumerate(lev.boxes)}
+
+    def box_of(g):
+        L = int(g.Level)
+        return L, where[(L, tuple(int(v) for v in g.get_global_startindex()[: h.dim]))]
+
+    return h, ds, box_of
+
+
 @needs_data
 @pytest.mark.parametrize("name", ["pelelmex_3d", "warpx_single_level", "advection_2d_4levels"])
 def test_plotfile_values_match_yt(name):
-    yt = _yt()
-    h = load(name)
-    ds = yt.load(str(AMREX / name))
-    where = {(L, b[0]): i for L, lev in enumerate(h.levels) for i, b in enumerate(lev.boxes)}
+    h, ds, box_of = _against_yt(AMREX, name)
     grids = ds.index.grids
     assert len(grids) == sum(lev.num_boxes for lev in h.levels)
     for g in grids[:: max(1, len(grids) // 12)]:
-        L = int(g.Level)
-        i = where[(L, tuple(int(v) for v in g.get_global_startindex()[: h.dim]))]
+        L, i = box_of(g)
         for f in h.fields[:: max(1, len(h.fields) // 6)]:
             theirs = g["boxlib", f].d.reshape(tuple(g.ActiveDimensions)[: h.dim])
             np.testing.assert_array_equal(h.levels[L].box_data(f, i), theirs)
@@ -525,13 +535,9 @@ def test_chombo_checkpoint_named_datasets():
 @needs_data
 @pytest.mark.parametrize("name", ["ase-ctrl-reference.H5", "stream.reference.000000.2d.H5", "asebm2-geometry-4km.2d.H5"])
 def test_chombo_values_match_yt(name):
-    yt = _yt()
-    h = load(name)
-    ds = yt.load(str(CHOMBO / name))
-    where = {(L, b[0]): i for L, lev in enumerate(h.levels) for i, b in enumerate(lev.boxes)}
+    h, ds, box_of = _against_yt(CHOMBO, name)
     for g in ds.index.grids:
-        L = int(g.Level)
-        i = where[(L, tuple(int(v) for v in g.get_global_startindex()[:2]))]
+        L, i = box_of(g)
         for ftype, f in ds.field_list[:6]:
             np.testing.assert_array_equal(h.levels[L].box_data(f, i), g[ftype, f].d[:, :, 0])
 

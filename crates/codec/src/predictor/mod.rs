@@ -84,12 +84,8 @@ pub trait Visit<T: Element> {
     /// `visit` on a run of points whose predictions are all known up front: `vals` holds their
     /// values (meaningless when decoding) and receives the reconstructions. The visitors below
     /// do the common case for the whole run without branches, so it vectorizes, then revisit
-    /// the few exceptions; the result is bit for bit that of `visit` in turn.
-    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]) {
-        for (v, &p) in vals.iter_mut().zip(preds) {
-            *v = self.visit(*v, p);
-        }
-    }
+    /// the few exceptions; the result must be bit for bit that of `visit` in turn.
+    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]);
 }
 
 /// Quantizes each visited point into the next slot of `symbols`, keeping what it cannot code.
