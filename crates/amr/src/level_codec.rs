@@ -4,7 +4,8 @@
 //! decodes on its own and a region read decodes only the chunks it touches.
 
 use crate::unit_blocks::{gather, scatter, BoxView, Tiling};
-use amrzip_codec::blockset::{self, Block, BlockSetEncoder, PredictedSet, SharedCodebook};
+use amrzip_codec::blockset::{self, Block, BlockSetEncoder, PredictedBlock, PredictedSet, SharedCodebook};
+use std::collections::BTreeMap;
 use amrzip_codec::{CodecError, Config, Element, Result};
 use rayon::prelude::*;
 
@@ -44,25 +45,9 @@ pub fn compress_level<T: Element>(
     let chunks = gather(boxes, tiling).map_err(invalid)?;
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
     let encoder = BlockSetEncoder::new(&all, &tiling.unit, config, eb, adaptive_block)?;
-    let sets: Vec<(&Vec<i64>, PredictedSet<T>)> =
-        chunks.par_iter().map(|(idx, blocks)| encoder.predict(blocks).map(|set| (idx, set))).collect::<Result<_>>()?;
-    let codebooks: Vec<SharedCodebook> = if shared {
-        let mut total = vec![0u64; encoder.alphabet()];
-        for (_, s) in &sets {
-            s.add_counts_to(&mut total);
-        }
-        vec![SharedCodebook::from_histogram(&total)]
-    } else {
-        sets.iter().map(|(_, s)| SharedCodebook::from_histogram(&s.histogram())).collect()
-    };
-    let encoded: Vec<(Vec<i64>, Vec<u8>)> = sets
-        .par_iter()
-        .enumerate()
-        .map(|(k, (idx, set))| {
-            let index = if shared { 0 } else { k };
-            set.finish(&codebooks[index], index as u32).map(|bytes| ((*idx).clone(), bytes))
-        })
-        .collect::<Result<_>>()?;
+    let sets: Vec<PredictedSet<T>> = chunks.par_iter().map(|(_, blocks)| encoder.predict(blocks)).collect::<Result<_>>()?;
+    let (codebooks, bytes) = encode_sets(&sets, encoder.alphabet(), shared)?;
+    let encoded: Vec<(Vec<i64>, Vec<u8>)> = chunks.keys().cloned().zip(bytes).collect();
     let error = if measure {
         let pairs: Vec<(&Vec<Block<T>>, &Vec<u8>)> = chunks.values().zip(encoded.iter().map(|(_, b)| b)).collect();
         // Summed chunk by chunk in lattice order, so the result does not depend on threads.
@@ -96,6 +81,77 @@ pub fn compress_level<T: Element>(
         stored_cells: all.iter().map(|b| b.mask.as_ref().map_or(b.values.len(), |m| m.iter().filter(|&&v| v).count())).sum(),
         error,
     })
+}
+
+/// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
+/// with `shared` false, one per set. Returns the codebooks and each set's bytes.
+fn encode_sets<T: Element>(sets: &[PredictedSet<T>], alphabet: usize, shared: bool) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
+    let codebooks: Vec<SharedCodebook> = if shared {
+        let mut total = vec![0u64; alphabet];
+        for s in sets {
+            s.add_counts_to(&mut total);
+        }
+        vec![SharedCodebook::from_histogram(&total)]
+    } else {
+        sets.iter().map(|s| SharedCodebook::from_histogram(&s.histogram())).collect()
+    };
+    let bytes = sets
+        .par_iter()
+        .enumerate()
+        .map(|(k, set)| {
+            let index = if shared { 0 } else { k };
+            set.finish(&codebooks[index], index as u32)
+        })
+        .collect::<Result<_>>()?;
+    Ok((codebooks, bytes))
+}
+
+/// The bytes (chunks and codebooks) `compress_level` stores for `boxes` with the unit block of
+/// `tiling` and each chunk shape of `chunk_shapes`: the layout trials of a write. Every block is
+/// predicted once, with the predictor chosen over the blocks in `tiling`'s chunk order, and
+/// then grouped into each shape's chunks.
+pub fn trial_sizes<T: Element>(
+    boxes: &[BoxView<T>],
+    tiling: &Tiling,
+    chunk_shapes: &[Vec<usize>],
+    config: &Config,
+    eb: f64,
+    adaptive_block: bool,
+    shared: bool,
+) -> Result<Vec<usize>> {
+    let tilings: Vec<Tiling> = chunk_shapes
+        .iter()
+        .map(|c| Tiling::new(tiling.origin.clone(), tiling.unit.clone(), c.clone()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(invalid)?;
+    let chunks = gather(boxes, tiling).map_err(invalid)?;
+    let all: Vec<&Block<T>> = chunks.values().flatten().collect();
+    let encoder = BlockSetEncoder::new(&all, &tiling.unit, config, eb, adaptive_block)?;
+    // (lattice index, prediction) of every block.
+    let predicted: Vec<(Vec<i64>, PredictedBlock<T>)> = chunks
+        .par_iter()
+        .flat_map_iter(|(c, blocks)| blocks.iter().map(move |b| (c, b)))
+        .map(|(c, b)| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p)))
+        .collect::<Result<_>>()?;
+    tilings
+        .iter()
+        .map(|t| {
+            let mut grouped: BTreeMap<Vec<i64>, Vec<PredictedBlock<T>>> = BTreeMap::new();
+            for (block, p) in &predicted {
+                let (chunk, position) = t.chunk_position(block);
+                grouped.entry(chunk).or_default().push(p.clone().at(position));
+            }
+            let sets: Vec<PredictedSet<T>> = grouped
+                .into_values()
+                .map(|mut blocks| {
+                    blocks.sort_by_key(PredictedBlock::position);
+                    encoder.set(blocks)
+                })
+                .collect::<Result<_>>()?;
+            let (codebooks, bytes) = encode_sets(&sets, encoder.alphabet(), shared)?;
+            Ok(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>())
+        })
+        .collect()
 }
 
 /// Decodes `chunks` ((chunk index, bytes), those a region touches) into a C-order array over

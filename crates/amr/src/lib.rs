@@ -9,5 +9,5 @@
 pub mod level_codec;
 pub mod unit_blocks;
 
-pub use level_codec::{compress_level, decode_chunks, decode_region, LevelStreams};
+pub use level_codec::{compress_level, decode_chunks, decode_region, trial_sizes, LevelStreams};
 pub use unit_blocks::{BoxView, Layout, Tiling};

@@ -135,20 +135,25 @@ impl BlockSetEncoder {
 
     /// Predicts and quantizes one set's blocks (positions strictly increasing).
     pub fn predict<T: Element>(&self, blocks: &[Block<T>]) -> Result<PredictedSet<T>> {
-        let n = self.unit.iter().product::<usize>();
-        for (k, b) in blocks.iter().enumerate() {
-            if b.values.len() != n || b.mask.as_ref().is_some_and(|m| m.len() != n) {
-                return Err(CodecError::InvalidInput(format!("block {k} does not have the {n} values of the unit shape {:?}", self.unit)));
-            }
-            if k > 0 && b.position <= blocks[k - 1].position {
-                return Err(CodecError::InvalidInput("block positions must be strictly increasing".into()));
-            }
-        }
-        let predicted: Vec<PredictedBlock<T>> = blocks.par_iter().map(|b| self.predict_block(b)).collect();
-        Ok(PredictedSet { preset: self.preset, blocks: predicted, alphabet: self.q.alphabet() })
+        let predicted: Vec<PredictedBlock<T>> = blocks.par_iter().map(|b| self.predict_block(b)).collect::<Result<_>>()?;
+        self.set(predicted)
     }
 
-    fn predict_block<T: Element>(&self, b: &Block<T>) -> PredictedBlock<T> {
+    /// The set of `blocks` (predicted by this encoder, positions strictly increasing).
+    pub fn set<T: Element>(&self, blocks: Vec<PredictedBlock<T>>) -> Result<PredictedSet<T>> {
+        if blocks.windows(2).any(|w| w[1].position <= w[0].position) {
+            return Err(CodecError::InvalidInput("block positions must be strictly increasing".into()));
+        }
+        Ok(PredictedSet { preset: self.preset, blocks, alphabet: self.q.alphabet() })
+    }
+
+    /// Predicts and quantizes one block. A block's coding does not depend on its set, so one
+    /// prediction can be grouped into several sets (see [`PredictedBlock::at`]).
+    pub fn predict_block<T: Element>(&self, b: &Block<T>) -> Result<PredictedBlock<T>> {
+        let n = self.unit.iter().product::<usize>();
+        if b.values.len() != n || b.mask.as_ref().is_some_and(|m| m.len() != n) {
+            return Err(CodecError::InvalidInput(format!("a block does not have the {n} values of the unit shape {:?}", self.unit)));
+        }
         let (values, patches) = marked(b);
         // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
         let p = match (b.mask.is_some(), self.predictor) {
@@ -166,7 +171,7 @@ impl BlockSetEncoder {
                 keep
             });
         }
-        PredictedBlock { position: b.position, kind: p.kind(), mask: b.mask.clone(), patches, coded }
+        Ok(PredictedBlock { position: b.position, kind: p.kind(), mask: b.mask.clone(), patches, coded })
     }
 }
 
@@ -186,12 +191,25 @@ fn marked<T: Element>(b: &Block<T>) -> (Cow<'_, [T]>, Vec<(usize, T)>) {
     }
 }
 
-struct PredictedBlock<T> {
+/// One block predicted and quantized, at its position in a set.
+#[derive(Clone)]
+pub struct PredictedBlock<T> {
     position: u64,
     kind: PredictorKind,
     mask: Option<Vec<bool>>,
     patches: Vec<(usize, T)>,
     coded: Coded<T>,
+}
+
+impl<T> PredictedBlock<T> {
+    /// The same block at `position` of another set.
+    pub fn at(self, position: u64) -> PredictedBlock<T> {
+        PredictedBlock { position, ..self }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position
+    }
 }
 
 /// A block set predicted and quantized, waiting for the array's shared codebook.

@@ -33,13 +33,10 @@ struct LevelOptions {
     measure: bool,
 }
 
-fn compress_typed<'py, T: Element + numpy::Element>(
-    py: Python<'py>,
-    boxes: Vec<BoxArgs<'py>>,
-    tiling: &Tiling,
-    cfg: &amrzip_codec::Config,
-    o: &LevelOptions,
-) -> PyResult<Bound<'py, PyDict>> {
+/// The boxes' arrays, borrowed for the duration of a call (see [`views`]).
+type Borrowed<'py, T> = Vec<(Vec<i64>, Vec<i64>, Layout, PyReadonlyArrayDyn<'py, T>, Option<PyReadonlyArrayDyn<'py, bool>>)>;
+
+fn borrow<'py, T: Element + numpy::Element>(boxes: Vec<BoxArgs<'py>>) -> PyResult<Borrowed<'py, T>> {
     let mut arrays = Vec::with_capacity(boxes.len());
     for (lo, hi, data, stored) in boxes {
         let data: PyReadonlyArrayDyn<T> = data.extract()?;
@@ -49,7 +46,11 @@ fn compress_typed<'py, T: Element + numpy::Element>(
         }
         arrays.push((lo, hi, layout(&data)?, data, stored));
     }
-    let views: Vec<BoxView<T>> = arrays
+    Ok(arrays)
+}
+
+fn views<'a, T: Element + numpy::Element>(arrays: &'a Borrowed<'_, T>) -> PyResult<Vec<BoxView<'a, T>>> {
+    arrays
         .iter()
         .map(|(lo, hi, layout, data, stored)| {
             Ok(BoxView {
@@ -60,7 +61,18 @@ fn compress_typed<'py, T: Element + numpy::Element>(
                 stored: stored.as_ref().map(|s| s.as_slice()).transpose().map_err(|e| PyValueError::new_err(e.to_string()))?,
             })
         })
-        .collect::<PyResult<_>>()?;
+        .collect()
+}
+
+fn compress_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    boxes: Vec<BoxArgs<'py>>,
+    tiling: &Tiling,
+    cfg: &amrzip_codec::Config,
+    o: &LevelOptions,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arrays = borrow::<T>(boxes)?;
+    let views = views(&arrays)?;
     let level = py
         .detach(|| {
             amrzip_codec::run_with_threads(cfg.threads, || {
@@ -116,6 +128,56 @@ pub fn compress_level<'py>(
         compress_typed::<f32>(py, boxes, &tiling, &cfg, &options)
     } else {
         compress_typed::<f64>(py, boxes, &tiling, &cfg, &options)
+    }
+}
+
+fn trial_sizes_typed<'py, T: Element + numpy::Element>(
+    py: Python<'py>,
+    boxes: Vec<BoxArgs<'py>>,
+    tiling: &Tiling,
+    chunks: &[Vec<usize>],
+    cfg: &amrzip_codec::Config,
+    o: &LevelOptions,
+) -> PyResult<Vec<usize>> {
+    let arrays = borrow::<T>(boxes)?;
+    let views = views(&arrays)?;
+    py.detach(|| {
+        amrzip_codec::run_with_threads(cfg.threads, || amr::trial_sizes(&views, tiling, chunks, cfg, o.eb, o.adaptive_block, o.shared))
+    })
+    .map_err(to_py)
+}
+
+/// trial_sizes(boxes, origin, unit, chunks, eb, preset, threads=None, predictor=None,
+/// adaptive_block=True, shared=True) -> list[int]
+///
+/// The bytes (chunks plus codebooks) `compress_level` would store with unit block `unit` and
+/// each chunk shape of `chunks` (all multiples of the unit), each block predicted only once.
+/// The predictor is chosen over the blocks grouped by the first chunk shape.
+#[pyfunction]
+#[pyo3(signature = (boxes, origin, unit, chunks, eb, preset, threads=None, predictor=None, adaptive_block=true, shared=true))]
+#[allow(clippy::too_many_arguments)]
+pub fn trial_sizes<'py>(
+    py: Python<'py>,
+    boxes: Vec<BoxArgs<'py>>,
+    origin: Vec<i64>,
+    unit: Vec<usize>,
+    chunks: Vec<Vec<usize>>,
+    eb: f64,
+    preset: &str,
+    threads: Option<usize>,
+    predictor: Option<&str>,
+    adaptive_block: bool,
+    shared: bool,
+) -> PyResult<Vec<usize>> {
+    let first = chunks.first().cloned().ok_or_else(|| PyValueError::new_err("chunks must name at least one chunk shape"))?;
+    let cfg = config("abs", eb, preset, threads, predictor)?;
+    let tiling = tiling(origin, unit, first)?;
+    let is_f32 = boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok());
+    let options = LevelOptions { eb, adaptive_block, shared, measure: false };
+    if is_f32 {
+        trial_sizes_typed::<f32>(py, boxes, &tiling, &chunks, &cfg, &options)
+    } else {
+        trial_sizes_typed::<f64>(py, boxes, &tiling, &chunks, &cfg, &options)
     }
 }
 

@@ -152,6 +152,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
     m.add_function(wrap_pyfunction!(amr::compress_level, m)?)?;
     m.add_function(wrap_pyfunction!(amr::decode_chunks, m)?)?;
+    m.add_function(wrap_pyfunction!(amr::trial_sizes, m)?)?;
     m.add_class::<streaming::StreamEncoder>()?;
     m.add_class::<streaming::StreamDecoder>()?;
     m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;

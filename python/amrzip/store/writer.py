@@ -153,19 +153,22 @@ def _trial_sample(boxes: list) -> list:
     return boxes[::step]
 
 
-def _trials(layouts: list[tuple[int, int]], size: Callable[[int, int], int]) -> dict:
-    """Trial sizes of ``layouts``. Per chunk edge, units are tried smallest first and larger ones
-    only while they keep shrinking the output: the size is unimodal in the unit edge on the
-    benchmark hierarchies, and the largest unit's trial walks the most absent cells."""
-    sizes: dict = {}
-    for edge in dict.fromkeys(c for _, c in layouts):
-        previous = None
-        for u in sorted(u for u, c in layouts if c == edge):
-            sizes[(u, edge)] = size(u, edge)
-            if previous is not None and sizes[(u, edge)] > previous:
-                break
-            previous = sizes[(u, edge)]
-    return sizes
+def _trials(layouts: list[tuple[int, int]], sizes: Callable[[int, list[int]], list[int]]) -> dict:
+    """Trial sizes of ``layouts``; ``sizes(unit, edges)`` measures one unit with several chunk
+    edges (predicting each block once). Per chunk edge, units are tried smallest first and
+    larger ones only while they keep shrinking the output: the size is unimodal in the unit edge
+    on the benchmark hierarchies, and the largest unit's trial walks the most absent cells."""
+    result: dict = {}
+    previous: dict = {c: None for _, c in layouts}  # per chunk edge still tried: its last size
+    for u in sorted({u for u, _ in layouts}):
+        edges = [c for v, c in layouts if v == u and c in previous]
+        for c, size in zip(edges, sizes(u, edges) if edges else []):
+            result[(u, c)] = size
+            if previous[c] is not None and size > previous[c]:
+                del previous[c]
+            else:
+                previous[c] = size
+    return result
 
 
 def _size(result: dict) -> int:
@@ -217,7 +220,11 @@ def _write_array(
     unit, edge = layouts[0]
     if len(layouts) > 1 and boxes:
         sample = _trial_sample(boxes)
-        unit, edge = _choose(_trials(layouts, lambda u, c: _size(compress(sample, u, c, bound))), layouts[0][1])
+
+        def sizes(u, edges):
+            return _core.trial_sizes(sample, list(lev.domain[0]), [u] * dim, [[c] * dim for c in edges], bound, mode, **options)
+
+        unit, edge = _choose(_trials(layouts, sizes), layouts[0][1])
     if conserve_mean:
         result, eb, offset = conserve(lambda eb, measure: compress(boxes, unit, edge, eb, measure), boxes, bound, dt.name)
     else:

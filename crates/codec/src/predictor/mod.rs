@@ -67,7 +67,7 @@ impl Predictor {
 
 /// What a predictor produces for one chunk: one symbol per element, the values it had to keep
 /// exactly (in visiting order), and its own side information (parameters, coefficients).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Coded<T> {
     pub symbols: Vec<u16>,
     pub exact: Vec<T>,
