@@ -37,7 +37,7 @@ def measure(h: Hierarchy, ds, summary: dict) -> list[FieldResult]:
     out = []
     for f in h.fields:
         a = leaves.values({(L, i): h.level(L).box_data(f, i) for L, lev in enumerate(h.levels) for i in range(lev.num_boxes)})
-        b = leaves.values({(L, i): ds.level(L).field(f)[i] for L in range(ds.num_levels) for i in range(ds.level(L).num_boxes)})
+        b = leaves.values({(L, i): arr for L in range(ds.num_levels) for i, arr in enumerate(ds.level(L).field(f))})
         per_level = [lev["fields"][f] for lev in summary["levels"]]
         ratio = sum(s["original_bytes"] for s in per_level) / max(sum(s["stored_bytes"] for s in per_level), 1)
         span = float(a.max() - a.min())

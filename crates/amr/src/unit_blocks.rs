@@ -157,6 +157,8 @@ pub fn gather<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling) -> Result<BTree
             return Err(format!("box {:?}..{:?} starts below the level's domain corner {:?}", b.lo, b.hi, tiling.origin));
         }
         let shape = b.shape();
+        // Distance between neighbours along the last dimension in a Fortran-ordered box.
+        let fortran_stride: usize = shape[..nd - 1].iter().product();
         let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d])).collect();
         let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d])).collect();
         for_each_cell(&first, &last, |block| {
@@ -164,15 +166,29 @@ pub fn gather<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling) -> Result<BTree
             let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
             let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d])).collect();
             let (values, mask) = blocks.entry(block.to_vec()).or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
-            for_each_cell(&lo, &hi, |cell| {
-                let src_c = offset(cell, &b.lo, &shape, Layout::C);
-                if b.stored.is_some_and(|s| !s[src_c]) {
-                    return;
+            // Row by row along the last dimension, which is contiguous in the block and in the
+            // stored-cell mask (and in the data, unless the box is in Fortran order).
+            let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
+            let mut starts_hi = hi.clone();
+            starts_hi[nd - 1] = lo[nd - 1];
+            for_each_cell(&lo, &starts_hi, |start| {
+                let src_c = offset(start, &b.lo, &shape, Layout::C);
+                let dst = offset(start, &blo, &tiling.unit, Layout::C);
+                let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
+                let stored = b.stored.map(|s| &s[src_c..src_c + row]);
+                let mut copy = |k: usize, x: T| {
+                    if stored.is_none_or(|s| s[k]) {
+                        values[k] = x;
+                        mask[k] = true;
+                    }
+                };
+                match b.layout {
+                    Layout::C => b.data[src_c..src_c + row].iter().enumerate().for_each(|(k, &x)| copy(k, x)),
+                    Layout::Fortran => {
+                        let (src, stride) = (offset(start, &b.lo, &shape, Layout::Fortran), fortran_stride);
+                        (0..row).for_each(|k| copy(k, b.data[src + k * stride]));
+                    }
                 }
-                let src = if b.layout == Layout::C { src_c } else { offset(cell, &b.lo, &shape, b.layout) };
-                let dst = offset(cell, &blo, &tiling.unit, Layout::C);
-                values[dst] = b.data[src];
-                mask[dst] = true;
             });
         });
     }

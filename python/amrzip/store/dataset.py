@@ -84,6 +84,9 @@ class FieldView:
     __getitem__ = box
 
     def __iter__(self):
+        # Every box will be read: decode the level's chunks (and the finer levels' that rebuild
+        # covered cells) in parallel batches first.
+        self._ds.prefetch(self.name, self.level)
         return (self.box(i) for i in range(len(self)))
 
 
@@ -222,13 +225,34 @@ class Dataset:
             self._cached_bytes -= old.nbytes
         return out
 
+    def _chunk_indices(self, L: int, field: str, region: Box) -> list:
+        """Indices of the (level, field) chunks that ``region`` touches."""
+        a = self._array(L, field)
+        origin, chunk = a["origin"], a["chunk"]
+        ranges = [range(max(0, (region[0][d] - origin[d]) // chunk[d]), (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
+        return list(itertools.product(*ranges))
+
+    def prefetch(self, field: str, level: int = 0, finer: bool = True) -> None:
+        """Decodes the chunks of ``level``'s boxes (and, with ``finer``, those of the finer levels,
+        which rebuild covered cells) in one parallel batch per level, so that reading the boxes
+        one by one afterwards decodes nothing. Levels whose chunks would not fit in the chunk
+        cache are left to be read as asked."""
+        budget = CACHE_BYTES // 2
+        for L in range(level, self.num_levels if finer else level + 1):
+            a = self._array(L, field)
+            indices = list(dict.fromkeys(i for box in self.level(L).boxes for i in self._chunk_indices(L, field, box)))
+            size = len(indices) * int(np.prod(a["chunk"])) * np.dtype(a["dtype"]).itemsize
+            if size > budget:
+                return
+            budget -= size
+            self._chunks(L, field, indices)
+
     def _stored(self, L: int, field: str, region: Box) -> np.ndarray:
         """The stored cells of ``region`` (C order, indexed [i, j, k]); NaN where nothing is stored."""
         a = self._array(L, field)
         origin, chunk = a["origin"], a["chunk"]
         out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
-        ranges = [range(max(0, (region[0][d] - origin[d]) // chunk[d]), (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
-        for index, data in self._chunks(L, field, list(itertools.product(*ranges))).items():
+        for index, data in self._chunks(L, field, self._chunk_indices(L, field, region)).items():
             if data is None:
                 continue
             lo = [o + i * c for o, i, c in zip(origin, index, chunk)]
