@@ -218,11 +218,7 @@ class Dataset:
             if a["offset"]:
                 chunk += chunk.dtype.type(a["offset"])
             out[index] = chunk
-            self._cache[(L, field, index)] = chunk
-            self._cached_bytes += chunk.nbytes
-        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cached_bytes -= old.nbytes
+            self._remember((L, field, index), chunk)
         return out
 
     def _chunk_indices(self, L: int, field: str, region: Box) -> list:
@@ -247,20 +243,47 @@ class Dataset:
             budget -= size
             self._chunks(L, field, indices)
 
-    def _stored(self, L: int, field: str, region: Box) -> np.ndarray:
-        """The stored cells of ``region`` (C order, indexed [i, j, k]); NaN where nothing is stored."""
-        a = self._array(L, field)
-        origin, chunk = a["origin"], a["chunk"]
-        out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
-        for index, data in self._chunks(L, field, self._chunk_indices(L, field, region)).items():
-            if data is None:
-                continue
-            lo = [o + i * c for o, i, c in zip(origin, index, chunk)]
-            piece = intersect((tuple(lo), tuple(l + c - 1 for l, c in zip(lo, chunk))), region)
-            src = tuple(slice(p - l, q - l + 1) for p, q, l in zip(piece[0], piece[1], lo))
-            dst = tuple(slice(p - r, q - r + 1) for p, q, r in zip(piece[0], piece[1], region[0]))
-            out[dst] = data[src]
+    def _chunk_box(self, L: int, field: str, index) -> Box:
+        """The part of the level's index space that chunk ``index`` spans."""
+        a, space = self._array(L, field), self.level(L).index_space
+        lo = [o + i * c for o, i, c in zip(a["origin"], index, a["chunk"])]
+        return tuple(lo), tuple(min(l + c - 1, h) for l, c, h in zip(lo, a["chunk"], space[1]))
+
+    def _filled(self, L: int, field: str, indices: list) -> dict:
+        """Like ``_chunks``, with covered cells rebuilt from the finer level (and NaN chunks for
+        those that store nothing but hold covered cells); cached like decoded chunks, so each
+        fine region is averaged down once however many coarse reads need it."""
+        out, missing = {}, []
+        for index in indices:
+            key = (L, field, index, "average")
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                out[index] = self._cache[key]
+            else:
+                missing.append(index)
+        if not missing:
+            return out
+        a, lev = self._array(L, field), self.level(L)
+        for index, data in self._chunks(L, field, missing).items():
+            region = self._chunk_box(L, field, index)
+            inside = all(l <= h for l, h in zip(*region))  # chunks past the domain hold nothing
+            pieces = covered_pieces(region, self.level(L + 1).box_array, lev.ref_ratios, self.nodal) if inside else []
+            if pieces:
+                data = np.full(a["chunk"], np.nan, dtype=a["dtype"]) if data is None else data.copy()
+                for piece in pieces:
+                    fine = self.read(field, refine(piece, lev.ref_ratios, self.nodal), L + 1)
+                    data[tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))] = _restrict(fine, lev.ref_ratios, self.nodal)
+            out[index] = data
+            if data is not None:
+                self._remember((L, field, index, "average"), data)
         return out
+
+    def _remember(self, key, chunk: np.ndarray) -> None:
+        self._cache[key] = chunk
+        self._cached_bytes += chunk.nbytes
+        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old.nbytes
 
     def read(self, field: str, region=None, level: int = 0, covered: str = "average") -> np.ndarray:
         """Field ``field`` of level ``level`` over ``region`` ((lo, hi) inclusive, level index
@@ -271,13 +294,18 @@ class Dataset:
             raise ValueError(f"covered must be one of {COVERED}, got {covered!r}")
         lev = self.level(level)
         region = lev.index_space if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
-        out = self._stored(level, field, region)
-        if covered == "average" and level + 1 < self.num_levels:
-            ratio, node = lev.ref_ratios, self.nodal
-            for piece in covered_pieces(region, self.level(level + 1).box_array, ratio, node):
-                fine = self.read(field, refine(piece, ratio, node), level + 1, covered)
-                sl = tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))
-                out[sl] = _restrict(fine, ratio, node).astype(out.dtype)
+        a = self._array(level, field)
+        out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
+        indices = self._chunk_indices(level, field, region)
+        rebuild = covered == "average" and level + 1 < self.num_levels
+        for index, data in (self._filled if rebuild else self._chunks)(level, field, indices).items():
+            if data is None:
+                continue
+            lo = self._chunk_box(level, field, index)[0]
+            piece = intersect((lo, tuple(l + c - 1 for l, c in zip(lo, a["chunk"]))), region)
+            src = tuple(slice(p - l, q - l + 1) for p, q, l in zip(piece[0], piece[1], lo))
+            dst = tuple(slice(p - r, q - r + 1) for p, q, r in zip(piece[0], piece[1], region[0]))
+            out[dst] = data[src]
         return out
 
     def to_hierarchy(self) -> Hierarchy:
