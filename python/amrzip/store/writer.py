@@ -230,9 +230,12 @@ def _write_array(
     else:
         result, eb, offset = compress(boxes, unit, edge, bound), bound, 0.0
     array_dir.mkdir()
+    made = set()  # chunk folders already created: one mkdir each, not one per chunk
     for index, data in result["chunks"]:
         target = array_dir / layout.chunk_key(index)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
         target.write_bytes(data)
     codec = {
         "unit": [unit] * dim,
