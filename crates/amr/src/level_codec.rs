@@ -5,9 +5,9 @@
 
 use crate::unit_blocks::{gather, scatter, BoxView, Tiling};
 use amrzip_codec::blockset::{self, Block, BlockSetEncoder, PredictedBlock, PredictedSet, SharedCodebook};
-use std::collections::BTreeMap;
 use amrzip_codec::{CodecError, Config, Element, Result};
 use rayon::prelude::*;
+use std::collections::BTreeMap;
 
 /// A compressed (level, field).
 pub struct LevelStreams {

@@ -31,9 +31,9 @@ mod target;
 mod threads;
 
 pub use element::{DType, Element};
-pub use grid::for_each_index;
 pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
+pub use grid::for_each_index;
 pub use predictor::PredictorKind;
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};

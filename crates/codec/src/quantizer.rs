@@ -80,6 +80,16 @@ impl Quantizer {
     /// Quantizes `x` against `pred`; returns the symbol and the value the decoder will see.
     #[inline(always)]
     pub fn quantize<T: Element>(&self, x: T, pred: f64, exact: &mut Vec<T>) -> (u16, T) {
+        let coded = self.quantize_value(x, pred);
+        if coded.0 == 0 {
+            exact.push(x);
+        }
+        coded
+    }
+
+    /// `quantize`, leaving the caller to keep `x` when the symbol is 0.
+    #[inline(always)]
+    pub fn quantize_value<T: Element>(&self, x: T, pred: f64) -> (u16, T) {
         let xf = x.to_f64();
         let q = round_to_int((xf - pred) * self.inv_two_eb);
         if self.accepts(q) {
@@ -89,7 +99,6 @@ impl Quantizer {
                 return ((q + self.radius) as u16, r);
             }
         }
-        exact.push(x);
         (0, x)
     }
 

@@ -86,6 +86,17 @@ pub trait Visit<T: Element> {
     /// do the common case for the whole run without branches, so it vectorizes, then revisit
     /// the few exceptions; the result must be bit for bit that of `visit` in turn.
     fn visit_run(&mut self, vals: &mut [T], preds: &[f64]);
+
+    /// Lanes: runs of the walk coded in lockstep, so that their dependency chains (each point
+    /// predicted from the one before it) overlap in the processor. `begin_lanes` opens runs
+    /// starting `starts[m]` visits past the current point and sets `slots[m]` for each;
+    /// `visit_lane` codes the point `at` visits past the current one, as `visit` would in
+    /// turn, given its run's slot; `end_lanes` closes `n` visits, which the lanes must have
+    /// covered exactly. Values kept exactly keep the order of the visits, whatever the order
+    /// the lanes reach them in.
+    fn begin_lanes(&mut self, starts: &[usize], slots: &mut [usize]);
+    fn visit_lane(&mut self, at: usize, x: T, pred: f64, slot: &mut usize) -> T;
+    fn end_lanes(&mut self, n: usize);
 }
 
 /// Quantizes each visited point into the next slot of `symbols`, keeping what it cannot code.
@@ -96,11 +107,15 @@ pub struct EncodeVisitor<'a, T> {
     pub exact: Vec<T>,
     /// Positions (in this visitor's `symbols`) of the "don't care" cells met.
     pub absent: Vec<usize>,
+    /// Per lane, in its own order: values kept exactly, and "don't care" positions. Lanes
+    /// cover consecutive runs, so joining them lane after lane restores the order of visits.
+    lane_exact: Vec<Vec<T>>,
+    lane_absent: Vec<Vec<usize>>,
 }
 
 impl<'a, T: Element> EncodeVisitor<'a, T> {
     pub fn new(q: &Quantizer, symbols: &'a mut [u16]) -> Self {
-        EncodeVisitor { q: *q, symbols, pos: 0, exact: Vec::new(), absent: Vec::new() }
+        EncodeVisitor { q: *q, symbols, pos: 0, exact: Vec::new(), absent: Vec::new(), lane_exact: Vec::new(), lane_absent: Vec::new() }
     }
 }
 
@@ -122,6 +137,41 @@ impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
                     vals[k] = self.visit_at(self.pos + k, vals[k], preds[k]);
                 }
             }
+        }
+        self.pos += n;
+    }
+
+    /// A lane's slot is its index (`starts` must be increasing).
+    fn begin_lanes(&mut self, starts: &[usize], slots: &mut [usize]) {
+        if self.lane_exact.len() < starts.len() {
+            self.lane_exact.resize_with(starts.len(), Vec::new);
+            self.lane_absent.resize_with(starts.len(), Vec::new);
+        }
+        for (m, slot) in slots.iter_mut().enumerate() {
+            *slot = m;
+        }
+    }
+
+    #[inline(always)]
+    fn visit_lane(&mut self, at: usize, x: T, pred: f64, slot: &mut usize) -> T {
+        let at = self.pos + at;
+        if x.to_f64().is_nan() {
+            self.lane_absent[*slot].push(at);
+            self.symbols[at] = self.q.zero_symbol();
+            return self.q.recover(self.q.zero_symbol(), pred);
+        }
+        let (s, r) = self.q.quantize_value(x, pred);
+        self.symbols[at] = s;
+        if s == 0 {
+            self.lane_exact[*slot].push(x);
+        }
+        r
+    }
+
+    fn end_lanes(&mut self, n: usize) {
+        for (exact, absent) in self.lane_exact.iter_mut().zip(&mut self.lane_absent) {
+            self.exact.append(exact);
+            self.absent.append(absent);
         }
         self.pos += n;
     }
@@ -193,6 +243,34 @@ impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
                 *v = self.exact[self.next_exact - 1];
             }
         }
+        self.pos += n;
+    }
+
+    /// A lane's slot is the index of the next exact value it will take: those of the visits
+    /// before its run come first.
+    fn begin_lanes(&mut self, starts: &[usize], slots: &mut [usize]) {
+        let mut covered = 0;
+        let mut next = self.next_exact;
+        for (slot, &start) in slots.iter_mut().zip(starts) {
+            next += count_zeros(&self.symbols[self.pos + covered..self.pos + start]);
+            covered = start;
+            *slot = next;
+        }
+    }
+
+    #[inline(always)]
+    fn visit_lane(&mut self, at: usize, _x: T, pred: f64, slot: &mut usize) -> T {
+        let s = self.symbols[self.pos + at];
+        if s != 0 {
+            return self.q.recover(s, pred);
+        }
+        // In range: the count of 0 symbols matches the stored values (see `new`).
+        *slot += 1;
+        self.exact[*slot - 1]
+    }
+
+    fn end_lanes(&mut self, n: usize) {
+        self.next_exact += count_zeros(&self.symbols[self.pos..self.pos + n]);
         self.pos += n;
     }
 }
