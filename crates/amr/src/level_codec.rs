@@ -8,6 +8,7 @@ use amrzip_codec::blockset::{self, Block, BlockSetEncoder, PredictedBlock, Predi
 use amrzip_codec::{CodecError, Config, Element, Result};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// A compressed (level, field).
 pub struct LevelStreams {
@@ -169,23 +170,10 @@ pub fn decode_region<T: Element>(
     if region_lo.len() != nd || region_hi.len() != nd || region_lo.iter().zip(region_hi).any(|(l, h)| h < l) {
         return Err(invalid(format!("region {region_lo:?}..{region_hi:?} is not a non-empty {nd}-dimensional box")));
     }
-    let n =
-        region_lo.iter().zip(region_hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
-    let n =
-        n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
-    let decoded: Vec<Vec<Block<T>>> = chunks
-        .par_iter()
-        .map(|(idx, bytes)| {
-            if idx.len() != nd {
-                return Err(invalid(format!("chunk index {idx:?} is not {nd}-dimensional")));
-            }
-            let info = blockset::info(bytes)?;
-            let codebook = codebooks.get(info.codebook_index as usize).ok_or_else(|| {
-                CodecError::Corrupt(format!("chunk {idx:?} uses codebook {} of {}", info.codebook_index, codebooks.len()))
-            })?;
-            blockset::decode(bytes, &SharedCodebook::from_bytes(codebook)?, &tiling.unit, eb, tiling.block_count())
-        })
-        .collect::<Result<_>>()?;
+    let n = cells(region_lo, region_hi)?;
+    let books = Codebooks::new(codebooks);
+    let decoded: Vec<Vec<Block<T>>> =
+        chunks.par_iter().map(|(idx, bytes)| decode_blocks(idx, bytes, &books, tiling, eb)).collect::<Result<_>>()?;
     let mut out = vec![T::from_f64(f64::NAN); n];
     for ((idx, _), blocks) in chunks.iter().zip(&decoded) {
         scatter(blocks, idx, tiling, region_lo, region_hi, &mut out);
@@ -193,18 +181,59 @@ pub fn decode_region<T: Element>(
     Ok(out)
 }
 
+/// Cells of the box `lo..=hi` (non-empty), refused when no array of them could be addressed.
+fn cells(lo: &[i64], hi: &[i64]) -> Result<usize> {
+    let n = lo.iter().zip(hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
+    n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {lo:?}..{hi:?} is too large")))
+}
+
+/// A level's stored codebooks, each parsed once, when a chunk first needs it.
+struct Codebooks<'a> {
+    stored: &'a [&'a [u8]],
+    parsed: Vec<OnceLock<SharedCodebook>>,
+}
+
+impl<'a> Codebooks<'a> {
+    fn new(stored: &'a [&'a [u8]]) -> Self {
+        Codebooks { stored, parsed: stored.iter().map(|_| OnceLock::new()).collect() }
+    }
+
+    fn get(&self, index: u32, chunk: &[i64]) -> Result<&SharedCodebook> {
+        let (stored, cell) = self
+            .stored
+            .get(index as usize)
+            .zip(self.parsed.get(index as usize))
+            .ok_or_else(|| CodecError::Corrupt(format!("chunk {chunk:?} uses codebook {index} of {}", self.stored.len())))?;
+        if let Some(book) = cell.get() {
+            return Ok(book);
+        }
+        let book = SharedCodebook::from_bytes(stored)?;
+        Ok(cell.get_or_init(|| book))
+    }
+}
+
+/// The unit blocks of one stored chunk.
+fn decode_blocks<T: Element>(idx: &[i64], bytes: &[u8], books: &Codebooks, tiling: &Tiling, eb: f64) -> Result<Vec<Block<T>>> {
+    if idx.len() != tiling.ndim() {
+        return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
+    }
+    let codebook = books.get(blockset::info(bytes)?.codebook_index, idx)?;
+    blockset::decode(bytes, codebook, &tiling.unit, eb, tiling.block_count())
+}
+
 /// Decodes each of `chunks` on its own over its whole extent (cells it does not store are
 /// NaN), all in parallel: what a reader caching decoded chunks needs in one call.
 pub fn decode_chunks<T: Element>(chunks: &[(Vec<i64>, &[u8])], codebooks: &[&[u8]], tiling: &Tiling, eb: f64) -> Result<Vec<Vec<T>>> {
+    let books = Codebooks::new(codebooks);
     chunks
         .par_iter()
         .map(|(idx, bytes)| {
-            if idx.len() != tiling.ndim() {
-                return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
-            }
+            let blocks = decode_blocks::<T>(idx, bytes, &books, tiling, eb)?;
             let lo: Vec<i64> = (0..idx.len()).map(|d| tiling.origin[d] + idx[d] * tiling.chunk[d] as i64).collect();
             let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
-            decode_region(&[(idx.clone(), *bytes)], codebooks, tiling, eb, &lo, &hi)
+            let mut out = vec![T::from_f64(f64::NAN); cells(&lo, &hi)?];
+            scatter(&blocks, idx, tiling, &lo, &hi, &mut out);
+            Ok(out)
         })
         .collect()
 }
