@@ -25,6 +25,11 @@ fn layout<T: numpy::Element>(a: &PyReadonlyArrayDyn<T>) -> PyResult<Layout> {
     }
 }
 
+/// Whether the boxes hold float32 values (else they are taken as float64).
+fn holds_f32(boxes: &[BoxArgs]) -> bool {
+    boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok())
+}
+
 /// How a level is compressed, besides the codec configuration.
 struct LevelOptions {
     eb: f64,
@@ -122,9 +127,8 @@ pub fn compress_level<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = config("abs", eb, preset, threads, predictor)?;
     let tiling = tiling(origin, unit, chunk)?;
-    let is_f32 = boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok());
     let options = LevelOptions { eb, adaptive_block, shared, measure };
-    if is_f32 {
+    if holds_f32(&boxes) {
         compress_typed::<f32>(py, boxes, &tiling, &cfg, &options)
     } else {
         compress_typed::<f64>(py, boxes, &tiling, &cfg, &options)
@@ -172,9 +176,8 @@ pub fn trial_sizes<'py>(
     let first = chunks.first().cloned().ok_or_else(|| PyValueError::new_err("chunks must name at least one chunk shape"))?;
     let cfg = config("abs", eb, preset, threads, predictor)?;
     let tiling = tiling(origin, unit, first)?;
-    let is_f32 = boxes.first().is_some_and(|(_, _, a, _)| a.extract::<PyReadonlyArrayDyn<f32>>().is_ok());
     let options = LevelOptions { eb, adaptive_block, shared, measure: false };
-    if is_f32 {
+    if holds_f32(&boxes) {
         trial_sizes_typed::<f32>(py, boxes, &tiling, &chunks, &cfg, &options)
     } else {
         trial_sizes_typed::<f64>(py, boxes, &tiling, &chunks, &cfg, &options)
