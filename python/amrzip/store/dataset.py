@@ -87,7 +87,7 @@ class FieldView:
         # Every box will be read: decode the level's chunks (and the finer levels' that rebuild
         # covered cells) in parallel batches first.
         self._ds.prefetch(self.name, self.level)
-        return (self.box(i) for i in range(len(self)))
+        return (self._ds._read(self.name, box, self.level, "average", whole_chunks=True) for box in self.boxes)
 
 
 class LevelView(LevelGeometry):
@@ -271,7 +271,7 @@ class Dataset:
             if pieces:
                 data = np.full(a["chunk"], np.nan, dtype=a["dtype"]) if data is None else data.copy()
                 for piece in pieces:
-                    fine = self.read(field, refine(piece, lev.ref_ratios, self.nodal), L + 1)
+                    fine = self._read(field, refine(piece, lev.ref_ratios, self.nodal), L + 1, "average", whole_chunks=True)
                     data[tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))] = _restrict(fine, lev.ref_ratios, self.nodal)
             out[index] = data
             if data is not None:
@@ -290,15 +290,22 @@ class Dataset:
         space; default the level's domain), indexed [i, j, k]. Cells outside every box are NaN;
         covered cells are rebuilt from the finer levels (``covered="average"``: the mean of the
         fine cells, or for node-centred data the fine node on the coarse one) or NaN."""
+        return self._read(field, region, level, covered, whole_chunks=False)
+
+    def _read(self, field: str, region, level: int, covered: str, whole_chunks: bool) -> np.ndarray:
+        """``read``. With ``whole_chunks`` (callers that will read everything), covered cells
+        come from chunks filled whole and cached (``_filled``), so no fine cell is averaged
+        down twice; otherwise only the region's covered cells are rebuilt, which reads the
+        least."""
         if covered not in COVERED:
             raise ValueError(f"covered must be one of {COVERED}, got {covered!r}")
         lev = self.level(level)
         region = lev.index_space if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
         a = self._array(level, field)
         out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
-        indices = self._chunk_indices(level, field, region)
         rebuild = covered == "average" and level + 1 < self.num_levels
-        for index, data in (self._filled if rebuild else self._chunks)(level, field, indices).items():
+        indices = self._chunk_indices(level, field, region)
+        for index, data in (self._filled if rebuild and whole_chunks else self._chunks)(level, field, indices).items():
             if data is None:
                 continue
             lo = self._chunk_box(level, field, index)[0]
@@ -306,6 +313,12 @@ class Dataset:
             src = tuple(slice(p - l, q - l + 1) for p, q, l in zip(piece[0], piece[1], lo))
             dst = tuple(slice(p - r, q - r + 1) for p, q, r in zip(piece[0], piece[1], region[0]))
             out[dst] = data[src]
+        if rebuild and not whole_chunks:
+            ratio, node = lev.ref_ratios, self.nodal
+            for piece in covered_pieces(region, self.level(level + 1).box_array, ratio, node):
+                fine = self._read(field, refine(piece, ratio, node), level + 1, covered, whole_chunks)
+                sl = tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))
+                out[sl] = _restrict(fine, ratio, node).astype(out.dtype)
         return out
 
     def to_hierarchy(self) -> Hierarchy:
@@ -336,7 +349,7 @@ class Dataset:
             # needed, except at nodes: the last covered node also fills the fine nodes past it.
             covered = "average" if L == level or any(self.nodal) else "nan"
             for box in self.level(L).boxes:
-                data = self.read(field, box, L, covered)
+                data = self._read(field, box, L, covered, whole_chunks=True)
                 for d, r in enumerate(ratio):
                     if r > 1:
                         # A coarse node box of n nodes spans (n - 1) * r + 1 fine nodes.
