@@ -266,6 +266,24 @@ def test_iterating_a_level_reads_what_indexing_reads(tmp_path):
                 np.testing.assert_array_equal(view[i], alone)
 
 
+def test_coarse_region_reads_rebuild_only_their_covered_cells(tmp_path):
+    # A small coarse region under the finer level reads its own chunks and the fine chunks
+    # under it: no more than reading both levels' regions with covered="nan".
+    n = 64
+    boxes = [((i, j, k), (i + 15, j + 15, k + 15)) for i in range(0, n, 16) for j in range(0, n, 16) for k in range(0, n, 16)]
+    h = two_level(n=n, coarse_boxes=boxes, fine_boxes=[((0, 0, 0), (63, 63, 63))], fields=("rho",))
+    amrzip.write(h, tmp_path / "s", rel=1e-4, unit=8, chunk=16)
+    # Inside one coarse chunk (16..31), whose covered cells lie over 8 fine chunks; the
+    # region's own lie over one.
+    region = ((20, 20, 20), (23, 23, 23))
+    reads = []
+    for level, box, covered in [(0, region, "nan"), (1, ((40, 40, 40), (47, 47, 47)), "nan"), (0, region, "average")]:
+        ds = amrzip.open(tmp_path / "s")
+        ds.read("rho", region=box, level=level, covered=covered)
+        reads.append(ds.bytes_read)
+    assert reads[2] <= reads[0] + reads[1], reads
+
+
 def test_to_uniform_paints_fine_over_coarse(tmp_path):
     h = two_level(dim=2, fields=("rho",), coarse_boxes=[((0, 0), (31, 15)), ((0, 16), (31, 31))])
     amrzip.write(h, tmp_path / "s", rel=1e-5)
