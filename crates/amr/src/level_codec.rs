@@ -166,25 +166,34 @@ pub fn decode_region<T: Element>(
     region_lo: &[i64],
     region_hi: &[i64],
 ) -> Result<Vec<T>> {
+    decode_into(chunks, &Codebooks::new(codebooks), tiling, eb, region_lo, region_hi)
+}
+
+/// `decode_region` with the level's codebooks already wrapped (so callers decoding many
+/// regions parse each codebook once).
+fn decode_into<T: Element>(
+    chunks: &[(Vec<i64>, &[u8])],
+    books: &Codebooks,
+    tiling: &Tiling,
+    eb: f64,
+    region_lo: &[i64],
+    region_hi: &[i64],
+) -> Result<Vec<T>> {
     let nd = tiling.ndim();
     if region_lo.len() != nd || region_hi.len() != nd || region_lo.iter().zip(region_hi).any(|(l, h)| h < l) {
         return Err(invalid(format!("region {region_lo:?}..{region_hi:?} is not a non-empty {nd}-dimensional box")));
     }
-    let n = cells(region_lo, region_hi)?;
-    let books = Codebooks::new(codebooks);
+    let n =
+        region_lo.iter().zip(region_hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
+    let n =
+        n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
     let decoded: Vec<Vec<Block<T>>> =
-        chunks.par_iter().map(|(idx, bytes)| decode_blocks(idx, bytes, &books, tiling, eb)).collect::<Result<_>>()?;
+        chunks.par_iter().map(|(idx, bytes)| decode_blocks(idx, bytes, books, tiling, eb)).collect::<Result<_>>()?;
     let mut out = vec![T::from_f64(f64::NAN); n];
     for ((idx, _), blocks) in chunks.iter().zip(&decoded) {
         scatter(blocks, idx, tiling, region_lo, region_hi, &mut out);
     }
     Ok(out)
-}
-
-/// Cells of the box `lo..=hi` (non-empty), refused when no array of them could be addressed.
-fn cells(lo: &[i64], hi: &[i64]) -> Result<usize> {
-    let n = lo.iter().zip(hi).try_fold(1usize, |acc, (&l, &h)| usize::try_from(h - l + 1).ok().and_then(|e| acc.checked_mul(e)));
-    n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {lo:?}..{hi:?} is too large")))
 }
 
 /// A level's stored codebooks, each parsed once, when a chunk first needs it.
@@ -228,12 +237,12 @@ pub fn decode_chunks<T: Element>(chunks: &[(Vec<i64>, &[u8])], codebooks: &[&[u8
     chunks
         .par_iter()
         .map(|(idx, bytes)| {
-            let blocks = decode_blocks::<T>(idx, bytes, &books, tiling, eb)?;
+            if idx.len() != tiling.ndim() {
+                return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
+            }
             let lo: Vec<i64> = (0..idx.len()).map(|d| tiling.origin[d] + idx[d] * tiling.chunk[d] as i64).collect();
             let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
-            let mut out = vec![T::from_f64(f64::NAN); cells(&lo, &hi)?];
-            scatter(&blocks, idx, tiling, &lo, &hi, &mut out);
-            Ok(out)
+            decode_into(&[(idx.clone(), *bytes)], &books, tiling, eb, &lo, &hi)
         })
         .collect()
 }
