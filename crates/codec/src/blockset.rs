@@ -160,7 +160,7 @@ impl BlockSetEncoder {
             (true, Predictor::DualQuant) => Predictor::Lorenzo,
             (_, p) => p,
         };
-        let mut coded = predictor::encode(&p, &values, &self.unit, &self.q);
+        let mut coded = predictor::encode(&p, values, &self.unit, &self.q);
         // Absent cells are not coded at all: the decoder knows where they fall in the walk.
         if !coded.absent.is_empty() {
             let mut absent = coded.absent.iter().peekable();
@@ -437,7 +437,7 @@ fn with_absent(kind: PredictorKind, side: &[u8], mask: &[bool], unit: &[usize], 
     }
     let p = predictor::from_side(kind, side)?;
     let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
-    let absent = predictor::encode(&p, &stand_in, unit, q).absent;
+    let absent = predictor::encode(&p, Cow::Owned(stand_in), unit, q).absent;
     let mut full = Vec::with_capacity(mask.len());
     let mut next = coded.iter();
     let mut absent = absent.iter().peekable();

@@ -132,8 +132,17 @@ struct Predicted<T> {
 
 fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
     let chunk: Cow<[T]> = if b.shape.as_slice() == shape { Cow::Borrowed(data) } else { Cow::Owned(gather(data, shape, b)) };
-    let (filled, patches) = nonfinite::fill(&chunk);
-    let coded = predictor::encode(p, &filled, &b.shape, q);
+    let (coded, patches) = match p {
+        // Interpolation rebuilds the values in a copy of its own: fill that copy.
+        Predictor::Interpolation { .. } => {
+            let (owned, patches) = nonfinite::fill_owned(chunk);
+            (predictor::encode(p, Cow::Owned(owned), &b.shape, q), patches)
+        }
+        _ => {
+            let (filled, patches) = nonfinite::fill(&chunk);
+            (predictor::encode(p, filled, &b.shape, q), patches)
+        }
+    };
     let histogram = huffman::histogram(&coded.symbols, q.alphabet());
     Predicted { coded, patches, histogram }
 }
@@ -369,7 +378,7 @@ pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook
     let boxes = if n == 0 { Vec::new() } else { chunk_boxes(&h.shape, &h.chunk_shape) };
     // Undo the lossless stage first: the output is only allocated once every chunk proved to
     // carry at least the bits its elements need.
-    let raws: Vec<Vec<u8>> =
+    let raws: Vec<Cow<[u8]>> =
         s.payloads.par_iter().zip(&h.chunks).map(|(&stored, c)| frames::unpack(stored, c.raw_len)).collect::<Result<_>>()?;
     for (raw, b) in raws.iter().zip(&boxes) {
         if (raw.len() as u64) * 8 < b.len() as u64 {

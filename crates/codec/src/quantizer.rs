@@ -23,6 +23,10 @@ pub fn round_to_int(t: f64) -> i64 {
     }
 }
 
+/// The i32 range, as f64 (both exact).
+const I32_LOW: f64 = i32::MIN as f64;
+const I32_HIGH: f64 = i32::MAX as f64;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Quantizer {
     eb: f64,
@@ -115,10 +119,16 @@ impl Quantizer {
         let mut missed = 0u32;
         for ((v, &pred), s) in vals.iter_mut().zip(preds).zip(symbols.iter_mut()) {
             let xf = v.to_f64();
-            // `round_to_int`, without branches; beyond i32 the cast saturates and is refused
-            // by range, like NaN (cast to 0, then failing the bound test).
+            // `round_to_int`, without branches. The clamp stands in for the saturating `as`
+            // cast, which compiles to scalar code: beyond i32 the code saturates and is refused
+            // by range, and so is NaN (clamped to i32::MIN; `as` gave 0, then failing the
+            // bound test: the same symbol 0 either way).
             let t = (xf - pred) * self.inv_two_eb;
-            let q = (t + 0.5f64.copysign(t)) as i32;
+            let t = t + 0.5f64.copysign(t);
+            let t = if t > I32_LOW { t } else { I32_LOW };
+            let t = if t < I32_HIGH { t } else { I32_HIGH };
+            // Safety: t is finite and within i32 after the clamp.
+            let q: i32 = unsafe { t.to_int_unchecked() };
             let r = T::from_f64(pred + q as f64 * self.two_eb);
             let ok = lo <= q && q <= hi && (r.to_f64() - xf).abs() <= self.eb;
             *s = if ok { (q + radius) as u16 } else { 0 };

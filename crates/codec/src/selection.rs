@@ -10,6 +10,7 @@ use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorK
 use crate::quantizer::Quantizer;
 use crate::{Config, Preset};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Elements per sample box: many small boxes judge the predictor family (spread matters on
 /// heterogeneous fields), one large box the interpolation details (they depend on how many
@@ -92,7 +93,7 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 /// With `pooled`, the samples are unit blocks whose codes share one bitstream and one lossless
 /// pass (see `blockset`); otherwise each sample is coded like a chunk of its own.
 fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
-    let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, data, shape, q)).collect();
+    let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, Cow::Borrowed(data), shape, q)).collect();
     let mut hist = vec![0u64; q.alphabet()];
     for c in &coded {
         add_counts(&mut hist, &c.symbols);

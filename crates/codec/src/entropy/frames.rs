@@ -7,6 +7,7 @@ use crate::bytes::{put_varint, ByteReader};
 use crate::error::{corrupt, Result};
 use crate::Preset;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::io::Read;
 
 pub const FRAME_BYTES: usize = 1 << 20;
@@ -68,8 +69,10 @@ pub fn pack(raw: &[u8], level_for: impl Fn(&[u8]) -> Option<i32> + Sync) -> Vec<
     out
 }
 
-/// Inverse of `pack` for a chunk of `raw_len` bytes.
-pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Vec<u8>> {
+/// Inverse of `pack` for a chunk of `raw_len` bytes. A chunk whose frames are all stored is
+/// its frames' bytes as they lie, and is returned without a copy (the dense codes of rough
+/// fields at tight bounds are stored, and are the largest chunks).
+pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Cow<'_, [u8]>> {
     let n_frames = raw_len.div_ceil(FRAME_BYTES as u64);
     // Every frame costs at least two table bytes: check before sizing anything by the count.
     if n_frames > stored.len() as u64 / 2 {
@@ -97,6 +100,11 @@ pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Vec<u8>> {
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after the last frame", r.remaining()));
     }
+    if table.iter().all(|&(flag, _)| flag == 0) {
+        // The lengths were checked against raw_len above and the bodies are contiguous.
+        let start = stored.len() - table.iter().map(|&(_, len)| len).sum::<usize>();
+        return Ok(Cow::Borrowed(&stored[start..]));
+    }
     // Each frame decodes into its own buffer, grown by the bytes it really produces: a frame
     // that claims more than its data expands to fails before the chunk is ever allocated whole.
     let parts: Vec<Vec<u8>> = table
@@ -112,7 +120,7 @@ pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Vec<u8>> {
             }
         })
         .collect::<Result<_>>()?;
-    Ok(parts.concat())
+    Ok(Cow::Owned(parts.concat()))
 }
 
 /// Decompresses one zstd frame that must hold exactly `raw` bytes and nothing after it.
@@ -141,7 +149,7 @@ mod tests {
     fn frames_round_trip_stored_and_zstd() {
         let raw: Vec<u8> = (0..FRAME_BYTES * 2 + 77).map(|i| (i / 3 % 251) as u8).collect();
         for level in [None, Some(1), Some(9)] {
-            assert_eq!(unpack(&packed(&raw, level), raw.len() as u64).unwrap(), raw);
+            assert_eq!(*unpack(&packed(&raw, level), raw.len() as u64).unwrap(), raw);
         }
     }
 

@@ -64,7 +64,8 @@ pub struct Codebook {
     /// Primary decode table, indexed by the next TABLE_BITS stream bits. An entry packs up to
     /// three symbols (bits 0..48), the bits they take together (48..56), the length of the
     /// first symbol alone (56..60) and the symbol count (60..64). Count 0 means the first code
-    /// is longer than TABLE_BITS (or unused): take the canonical slow path.
+    /// is longer than TABLE_BITS (or unused): take the canonical slow path, starting at the
+    /// code length in bits 0..8.
     dec: Box<[u64; TABLE_SIZE]>,
     /// Used symbols in canonical order (length, then id).
     sorted: Vec<u16>,
@@ -223,6 +224,12 @@ impl Codebook {
                 bits += l;
                 n += 1;
             }
+            if n == 0 {
+                // A longer code: the slow path starts at the shortest length whose codes can
+                // begin with these TABLE_BITS bits (canonical codes grow with their length).
+                let prefix = (idx as u32).reverse_bits() >> (32 - TABLE_BITS) << (MAX_CODE_LEN - TABLE_BITS);
+                syms = (TABLE_BITS + 1..=MAX_CODE_LEN).find(|&l| prefix < limit[l as usize]).unwrap_or(MAX_CODE_LEN) as u64;
+            }
             *entry = syms | (bits as u64) << 48 | (first_len as u64) << 56 | n << 60;
         }
 
@@ -357,7 +364,7 @@ impl Codebook {
                     i += k;
                     r.consume((e >> 48) as u32 & 0xFF);
                 } else {
-                    out[i] = self.decode_long(&mut r)?;
+                    out[i] = self.decode_long(&mut r, e as u32)?;
                     i += 1;
                 }
             }
@@ -369,7 +376,7 @@ impl Codebook {
                 out[i] = e as u16;
                 r.consume((e >> 56) as u32 & 0xF);
             } else {
-                out[i] = self.decode_long(&mut r)?;
+                out[i] = self.decode_long(&mut r, e as u32)?;
             }
             i += 1;
         }
@@ -387,16 +394,16 @@ impl Codebook {
         Ok(())
     }
 
-    /// Canonical decode of a code longer than TABLE_BITS (or an unused one). Leaves at least
-    /// 56 bits in the buffer, so the caller's per-refill budget still holds.
+    /// Canonical decode of a code longer than TABLE_BITS (or an unused one), at least `shortest`
+    /// bits long (what the table entry says). Leaves at least 56 bits in the buffer, so the
+    /// caller's per-refill budget still holds.
     #[cold]
     #[inline(never)]
-    fn decode_long(&self, r: &mut BitReader) -> Result<u16> {
+    fn decode_long(&self, r: &mut BitReader, shortest: u32) -> Result<u16> {
         r.refill()?;
         // The next MAX_CODE_LEN stream bits, first bit most significant.
         let window = (r.buf as u32).reverse_bits() >> (32 - MAX_CODE_LEN);
-        // Codes up to TABLE_BITS long are all in the table, so start past them.
-        for l in TABLE_BITS + 1..=MAX_CODE_LEN {
+        for l in shortest.max(TABLE_BITS + 1)..=MAX_CODE_LEN {
             if window < self.limit[l as usize] {
                 let idx = (window >> (MAX_CODE_LEN - l)).wrapping_add(self.base[l as usize]);
                 let sym = *self.sorted.get(idx as usize).ok_or_else(|| corrupt!("invalid Huffman code"))?;

@@ -427,9 +427,19 @@ fn visit_rows<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
     }
 }
 
-/// `visit_rows` compiled for the widest vector unit the CPU has. AVX2 changes no result: Rust
-/// never fuses a multiply and an add on its own, and conversions round the same way.
+/// `visit_rows` compiled for the widest vector unit the CPU has (512 bits only for visitors
+/// that prefer them). Neither AVX2 nor AVX-512 changes a result: Rust never fuses a multiply
+/// and an add on its own, and conversions round the same way.
 fn visit_rows_fastest<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
+    #[cfg(target_arch = "x86_64")]
+    if V::WIDE_VECTORS && std::is_x86_feature_detected!("avx512f") {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
+            visit_rows(g, v)
+        }
+        // Safety: the CPU has AVX-512F.
+        return unsafe { avx512(g, v) };
+    }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
@@ -528,8 +538,15 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
     Ok(())
 }
 
-pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, spline: Spline, order: DimOrder, bounds: LevelBounds) -> Coded<T> {
-    let mut work: Vec<T> = data.par_iter().copied().collect();
+/// Rebuilds the values in `work`, the data to code.
+pub fn encode<T: Element>(
+    mut work: Vec<T>,
+    shape: &[usize],
+    q: &Quantizer,
+    spline: Spline,
+    order: DimOrder,
+    bounds: LevelBounds,
+) -> Coded<T> {
     let (symbols, exact, absent) = encode_walk(&mut work, &Walk { shape, spline, order, q, bounds });
     let side = vec![spline as u8, order as u8, bounds.0];
     Coded { symbols, exact, side, absent }
