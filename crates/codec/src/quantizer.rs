@@ -110,15 +110,15 @@ impl Quantizer {
     /// and keep their value in `vals`; returns whether there were none. Lossless requests
     /// (which compare bits) are left entirely to `quantize`.
     #[inline(always)]
-    pub fn quantize_run<T: Element>(&self, vals: &mut [T], preds: &[f64], symbols: &mut [u16]) -> bool {
+    pub fn quantize_run<T: Element>(&self, vals: &mut [T], pred: impl Fn(usize) -> f64, symbols: &mut [u16]) -> bool {
         if self.eb == 0.0 {
             symbols.fill(0);
             return false;
         }
         let (lo, hi, radius) = (self.lo as i32, self.hi as i32, self.radius as i32);
         let mut missed = 0u32;
-        for ((v, &pred), s) in vals.iter_mut().zip(preds).zip(symbols.iter_mut()) {
-            let xf = v.to_f64();
+        for (k, (v, s)) in vals.iter_mut().zip(symbols.iter_mut()).enumerate() {
+            let (xf, pred) = (v.to_f64(), pred(k));
             // `round_to_int`, without branches. The clamp stands in for the saturating `as`
             // cast, which compiles to scalar code: beyond i32 the code saturates and is refused
             // by range, and so is NaN (clamped to i32::MIN; `as` gave 0, then failing the
@@ -140,11 +140,11 @@ impl Quantizer {
 
     /// `recover` on a run; symbols 0 are left for the caller; returns whether there were none.
     #[inline(always)]
-    pub fn recover_run<T: Element>(&self, symbols: &[u16], preds: &[f64], vals: &mut [T]) -> bool {
+    pub fn recover_run<T: Element>(&self, symbols: &[u16], pred: impl Fn(usize) -> f64, vals: &mut [T]) -> bool {
         let radius = self.radius as i32;
         let mut zeros = 0u32;
-        for ((v, &pred), &s) in vals.iter_mut().zip(preds).zip(symbols) {
-            *v = T::from_f64(pred + (s as i32 - radius) as f64 * self.two_eb);
+        for (k, (v, &s)) in vals.iter_mut().zip(symbols).enumerate() {
+            *v = T::from_f64(pred(k) + (s as i32 - radius) as f64 * self.two_eb);
             zeros += (s == 0) as u32;
         }
         zeros == 0

@@ -134,20 +134,24 @@ impl Stencil {
         p
     }
 
-    /// `predict` for the `preds.len()` consecutive points from `start`, term by term in the
-    /// same order, so bit for bit the same. Safety: as for `predict`, for every point; and no
-    /// offset may be 0 or shorter than the run, so the terms never read the run itself.
+    /// The terms of `predict` for the `m` consecutive points from `start`, as four runs of
+    /// the buffer. Safety: as for `predict`, for every point; and no offset may be 0 or
+    /// shorter than the run, so the terms never read the run itself.
     #[inline(always)]
-    unsafe fn predict_run<T: Element>(&self, buf: &SharedBuf<T>, start: usize, preds: &mut [f64]) {
-        let m = preds.len();
-        let terms = self.offsets.map(|o| buf.run(start.wrapping_add_signed(o), m));
-        for (k, p) in preds.iter_mut().enumerate() {
-            let mut acc = 0.0;
-            for (term, &w) in terms.iter().zip(&self.weights) {
-                acc += w * term[k].to_f64();
-            }
-            *p = acc;
+    unsafe fn terms<'a, T: Element>(&self, buf: &'a SharedBuf<T>, start: usize, m: usize) -> [&'a [T]; 4] {
+        self.offsets.map(|o| buf.run(start.wrapping_add_signed(o), m))
+    }
+
+    /// `predict` of the `k`th point of `terms`, term by term in the same order, so bit for bit
+    /// the same. Computed where the visitor uses it: a run of predictions stored and loaded
+    /// back cost the row walk a good part of its time.
+    #[inline(always)]
+    fn predict_term<T: Element>(&self, terms: &[&[T]; 4], k: usize) -> f64 {
+        let mut acc = 0.0;
+        for (term, &w) in terms.iter().zip(&self.weights) {
+            acc += w * term[k].to_f64();
         }
+        acc
     }
 }
 
@@ -241,7 +245,7 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
                 // Safety: as in `visit_with`.
                 unsafe { (vals[k], preds[k]) = (buf.get_unchecked(base + x), st.predict(buf, base + x)) };
             }
-            v.visit_run(&mut vals[..m], &preds[..m]);
+            v.visit_run(&mut vals[..m], |k| preds[k]);
             for (k, &x) in group.iter().enumerate() {
                 // Safety: as in `visit_with`.
                 unsafe { buf.set_unchecked(base + x, vals[k]) };
@@ -263,14 +267,13 @@ fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], s
     if last - first + 1 == cs.len() {
         // A contiguous row: the stencil's terms are rows of earlier passes at least a row
         // length away (its offsets are multiples of a slower dimension's stride).
-        let mut preds = [0.0f64; RUN];
         let (mut start, end) = (base + first, base + last + 1);
         while start < end {
             let m = (end - start).min(RUN);
             // Safety: within the span checked above; the run is this row's own points.
             unsafe {
-                st.predict_run(buf, start, &mut preds[..m]);
-                v.visit_run(buf.run_mut(start, m), &preds[..m]);
+                let terms = st.terms(buf, start, m);
+                v.visit_run(buf.run_mut(start, m), |k| st.predict_term(&terms, k));
             }
             start += m;
         }

@@ -87,11 +87,12 @@ pub trait Visit<T: Element> {
 
     fn visit(&mut self, x: T, pred: f64) -> T;
 
-    /// `visit` on a run of points whose predictions are all known up front: `vals` holds their
-    /// values (meaningless when decoding) and receives the reconstructions. The visitors below
-    /// do the common case for the whole run without branches, so it vectorizes, then revisit
-    /// the few exceptions; the result must be bit for bit that of `visit` in turn.
-    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]);
+    /// `visit` on a run of points whose predictions are all known up front (`pred(k)` for the
+    /// `k`th, called only with `k < vals.len()`): `vals` holds their values (meaningless when
+    /// decoding) and receives the reconstructions. The visitors below do the common case for
+    /// the whole run without branches, so it vectorizes, then revisit the few exceptions; the
+    /// result must be bit for bit that of `visit` in turn.
+    fn visit_run(&mut self, vals: &mut [T], pred: impl Fn(usize) -> f64);
 
     /// Lanes: runs of the walk coded in lockstep, so that their dependency chains (each point
     /// predicted from the one before it) overlap in the processor. `begin_lanes` opens runs
@@ -134,13 +135,13 @@ impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
     }
 
     #[inline(always)]
-    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]) {
+    fn visit_run(&mut self, vals: &mut [T], pred: impl Fn(usize) -> f64) {
         let n = vals.len();
-        if !self.q.quantize_run(vals, preds, &mut self.symbols[self.pos..self.pos + n]) {
+        if !self.q.quantize_run(vals, &pred, &mut self.symbols[self.pos..self.pos + n]) {
             // The exceptions (values kept exactly, "don't care" cells) still hold their input.
             for k in 0..n {
                 if self.symbols[self.pos + k] == 0 {
-                    vals[k] = self.visit_at(self.pos + k, vals[k], preds[k]);
+                    vals[k] = self.visit_at(self.pos + k, vals[k], pred(k));
                 }
             }
         }
@@ -242,10 +243,10 @@ impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
     }
 
     #[inline(always)]
-    fn visit_run(&mut self, vals: &mut [T], preds: &[f64]) {
+    fn visit_run(&mut self, vals: &mut [T], pred: impl Fn(usize) -> f64) {
         let n = vals.len();
         let symbols = &self.symbols[self.pos..self.pos + n];
-        if !self.q.recover_run(symbols, preds, vals) {
+        if !self.q.recover_run(symbols, pred, vals) {
             for (v, _) in vals.iter_mut().zip(symbols).filter(|(_, &s)| s == 0) {
                 self.next_exact += 1;
                 *v = self.exact[self.next_exact - 1];
@@ -412,7 +413,7 @@ mod tests {
             let by_point: Vec<f32> = points.iter().map(|&(x, p)| single.visit(x, p)).collect();
             let mut runs = EncodeVisitor::new(&q, &mut run);
             let mut by_run: Vec<f32> = points.iter().map(|p| p.0).collect();
-            runs.visit_run(&mut by_run, &preds);
+            runs.visit_run(&mut by_run, |k| preds[k]);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&by_point), bits(&by_run));
             prop_assert_eq!((&single.exact.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), &single.absent),
@@ -420,7 +421,7 @@ mod tests {
             let exact = runs.exact;
             prop_assert_eq!(&one, &run);
             let mut decoded = vec![0.0f32; n];
-            DecodeVisitor::new(&q, &run, &exact).unwrap().visit_run(&mut decoded, &preds);
+            DecodeVisitor::new(&q, &run, &exact).unwrap().visit_run(&mut decoded, |k| preds[k]);
             prop_assert_eq!(bits(&decoded), bits(&by_run));
         }
     }
