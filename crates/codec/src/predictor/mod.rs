@@ -139,9 +139,9 @@ impl<T: Element> Visit<T> for EncodeVisitor<'_, T> {
         let n = vals.len();
         if !self.q.quantize_run(vals, &pred, &mut self.symbols[self.pos..self.pos + n]) {
             // The exceptions (values kept exactly, "don't care" cells) still hold their input.
-            for k in 0..n {
+            for (k, v) in vals.iter_mut().enumerate() {
                 if self.symbols[self.pos + k] == 0 {
-                    vals[k] = self.visit_at(self.pos + k, vals[k], pred(k));
+                    *v = self.visit_at(self.pos + k, *v, pred(k));
                 }
             }
         }
