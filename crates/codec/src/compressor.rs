@@ -295,6 +295,21 @@ pub(crate) fn read_parts<'a, T: Element>(r: &mut ByteReader<'a>, n: usize) -> Re
     Ok(Parts { patches, side, exact })
 }
 
+/// Huffman segments decoded together by one task.
+const LOCKSTEP: usize = 4;
+
+/// Decodes consecutive segments into `out`: in lockstep when there are `LOCKSTEP` of them.
+fn decode_segments(codebook: &Codebook, bits: &[&[u8]], out: &mut [u16]) -> Result<()> {
+    let outs: Vec<&mut [u16]> = out.chunks_mut(SEGMENT_SYMBOLS).collect();
+    match (<[&[u8]; LOCKSTEP]>::try_from(bits), <[&mut [u16]; LOCKSTEP]>::try_from(outs)) {
+        (Ok(bits), Ok(outs)) => codebook.decode_lockstep(bits, outs),
+        (_, outs) => {
+            let outs: Vec<&mut [u16]> = outs.map_or_else(|v| v, Vec::from);
+            outs.into_iter().zip(bits).try_for_each(|(out, bits)| codebook.decode(bits, out))
+        }
+    }
+}
+
 /// Reads the Huffman segments of `n` symbols (the rest of `r`) and decodes them; also counts
 /// their zeros per block while each segment is in cache.
 pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -> Result<(Vec<u16>, ZeroCounts)> {
@@ -315,10 +330,13 @@ pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -
         return Err(corrupt!("{} unexpected bytes after the last Huffman segment", r.remaining()));
     }
     let mut symbols = threads::filled(0u16, n);
+    // Segments decode `LOCKSTEP` at a time (see `Codebook::decode_lockstep`) while that still
+    // leaves every thread a task.
+    let per_task = if segments.len() >= LOCKSTEP * rayon::current_num_threads() { LOCKSTEP } else { 1 };
     let blocks: Vec<Vec<usize>> = symbols
-        .par_chunks_mut(SEGMENT_SYMBOLS)
-        .zip(&segments)
-        .map(|(out, bits)| codebook.decode(bits, out).map(|_| ZeroCounts::blocks_of(out)))
+        .par_chunks_mut(per_task * SEGMENT_SYMBOLS)
+        .zip(segments.par_chunks(per_task))
+        .map(|(out, bits)| decode_segments(codebook, bits, out).map(|_| ZeroCounts::blocks_of(out)))
         .collect::<Result<_>>()?;
     Ok((symbols, ZeroCounts::from_blocks(blocks.concat())))
 }

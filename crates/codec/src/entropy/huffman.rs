@@ -347,38 +347,67 @@ impl Codebook {
 
     /// Decodes exactly `out.len()` symbols from `bits`.
     pub fn decode(&self, bits: &[u8], out: &mut [u16]) -> Result<()> {
-        let mut r = BitReader::new(bits);
-        let n = out.len();
-        let mut i = 0;
-        while i + LOOKUPS_PER_REFILL * SYMS_PER_ENTRY <= n {
-            r.refill()?;
+        self.decode_lockstep([bits], [out])
+    }
+
+    /// `decode` of `K` independent bitstreams at once. Each symbol's table lookup waits for
+    /// the previous symbol's length, so one stream leaves the core idle most of the time;
+    /// steps of several streams interleaved overlap those waits.
+    pub fn decode_lockstep<const K: usize>(&self, bits: [&[u8]; K], outs: [&mut [u16]; K]) -> Result<()> {
+        let mut readers = bits.map(BitReader::new);
+        let mut next = [0usize; K];
+        // Rounds while every stream has room for a whole round's symbols.
+        let round = LOOKUPS_PER_REFILL * SYMS_PER_ENTRY;
+        while (0..K).all(|j| next[j] + round <= outs[j].len()) {
+            for r in &mut readers {
+                r.refill()?;
+            }
             for _ in 0..LOOKUPS_PER_REFILL {
-                let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
-                let k = (e >> 60) as usize;
-                if k != 0 {
-                    // All three slots are written; those past `k` are overwritten later.
-                    let dst = &mut out[i..i + SYMS_PER_ENTRY];
-                    dst[0] = e as u16;
-                    dst[1] = (e >> 16) as u16;
-                    dst[2] = (e >> 32) as u16;
-                    i += k;
-                    r.consume((e >> 48) as u32 & 0xFF);
-                } else {
-                    out[i] = self.decode_long(&mut r, e as u32)?;
-                    i += 1;
+                for j in 0..K {
+                    self.step(&mut readers[j], outs[j], &mut next[j])?;
                 }
             }
         }
-        while i < n {
+        for j in 0..K {
+            self.finish(&mut readers[j], bits[j], outs[j], next[j])?;
+        }
+        Ok(())
+    }
+
+    /// Decodes the symbols of one table entry into `out[*next..]`, which must have room for
+    /// `SYMS_PER_ENTRY` of them; the reader must hold at least `TABLE_BITS` bits.
+    #[inline(always)]
+    fn step(&self, r: &mut BitReader, out: &mut [u16], next: &mut usize) -> Result<()> {
+        let i = *next;
+        let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
+        let k = (e >> 60) as usize;
+        if k != 0 {
+            // All three slots are written; those past `k` are overwritten later.
+            let dst = &mut out[i..i + SYMS_PER_ENTRY];
+            dst[0] = e as u16;
+            dst[1] = (e >> 16) as u16;
+            dst[2] = (e >> 32) as u16;
+            *next = i + k;
+            r.consume((e >> 48) as u32 & 0xFF);
+        } else {
+            out[i] = self.decode_long(r, e as u32)?;
+            *next = i + 1;
+        }
+        Ok(())
+    }
+
+    /// Decodes the symbols of `out` from `next` on, one at a time, then checks that the stream
+    /// `bits` ends exactly there.
+    fn finish(&self, r: &mut BitReader, bits: &[u8], out: &mut [u16], next: usize) -> Result<()> {
+        for slot in &mut out[next..] {
             r.refill()?;
             let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
             if e >> 60 != 0 {
-                out[i] = e as u16;
+                *slot = e as u16;
                 r.consume((e >> 56) as u32 & 0xF);
             } else {
-                out[i] = self.decode_long(&mut r, e as u32)?;
+                *slot = self.decode_long(r, e as u32)?;
             }
-            i += 1;
         }
         let used = r.consumed();
         if used > bits.len() as u64 * 8 {
@@ -952,6 +981,41 @@ mod tests {
             let _ = cb.decode(&bits, &mut out);
             let mut longer = vec![0u16; symbols.len() + extra];
             let _ = cb.decode(&bits, &mut longer);
+        }
+
+        #[test]
+        fn lockstep_decodes_like_one_stream_at_a_time(
+            (symbols, alphabet) in peaked_stream(),
+            cuts in prop::array::uniform3(any::<prop::sample::Index>()),
+            flip in prop::option::of((0usize..4, any::<prop::sample::Index>(), 1u8..=255)),
+        ) {
+            let cb = Codebook::from_histogram(&histogram(&symbols, alphabet));
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(symbols.len() + 1)).collect();
+            at.sort();
+            let parts = [&symbols[..at[0]], &symbols[at[0]..at[1]], &symbols[at[1]..at[2]], &symbols[at[2]..]];
+            let mut streams: Vec<Vec<u8>> = parts.iter().map(|p| {
+                let mut bits = Vec::new();
+                cb.encode(p, &mut bits).unwrap();
+                bits
+            }).collect();
+            if let Some((j, pos, x)) = flip {
+                if !streams[j].is_empty() {
+                    let k = pos.index(streams[j].len());
+                    streams[j][k] ^= x;
+                }
+            }
+            let mut one: Vec<Vec<u16>> = parts.iter().map(|p| vec![0u16; p.len()]).collect();
+            let alone: Vec<bool> = streams.iter().zip(&mut one).map(|(b, o)| cb.decode(b, o).is_ok()).collect();
+            let mut together: Vec<Vec<u16>> = parts.iter().map(|p| vec![0u16; p.len()]).collect();
+            let [a, b, c, d] = &mut together[..] else { unreachable!() };
+            let result = cb.decode_lockstep([&streams[0][..], &streams[1], &streams[2], &streams[3]], [a, b, c, d]);
+            prop_assert_eq!(result.is_ok(), alone.iter().all(|&ok| ok));
+            if result.is_ok() {
+                prop_assert_eq!(&together, &one);
+            }
+            if flip.is_none() {
+                prop_assert_eq!(together.concat(), symbols);
+            }
         }
 
         #[test]
