@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 /// Symbols per Huffman segment: the unit of parallel entropy coding inside a chunk.
 const SEGMENT_SYMBOLS: usize = 1 << 20;
+/// Huffman segments decoded together by one task (see `Codebook::decode_lockstep`).
+const LOCKSTEP: usize = 4;
 
 /// Elements per chunk. Interpolation parallelises inside a chunk (the points of one pass are
 /// independent), and chunk seams cost it dearly on smooth data, so it takes the largest chunks
@@ -294,9 +296,6 @@ pub(crate) fn read_parts<'a, T: Element>(r: &mut ByteReader<'a>, n: usize) -> Re
     let exact: Vec<T> = exact_bytes.chunks_exact(T::BYTES).map(T::read_le).collect();
     Ok(Parts { patches, side, exact })
 }
-
-/// Huffman segments decoded together by one task.
-const LOCKSTEP: usize = 4;
 
 /// Decodes consecutive segments into `out`: in lockstep when there are `LOCKSTEP` of them.
 fn decode_segments(codebook: &Codebook, bits: &[&[u8]], out: &mut [u16]) -> Result<()> {
