@@ -38,6 +38,7 @@
 
 use crate::error::{corrupt, CodecError, Result};
 use rayon::prelude::*;
+use std::sync::OnceLock;
 
 /// Longest code. 24 bits keep an encoder table entry (code + length) in a `u32`, let the
 /// decoder's slow path read one 24-bit window, and still leave room for very skewed
@@ -50,23 +51,35 @@ const CODE_MASK: u32 = (1 << MAX_CODE_LEN) - 1;
 /// Bits indexing the primary decode table: 2^12 entries of 8 bytes = 32 KiB, inside L1 on
 /// current cores; 12 rather than 11 bits takes the slow path far less on broad histograms.
 const TABLE_BITS: u32 = 12;
-const TABLE_SIZE: usize = 1 << TABLE_BITS;
+/// For codebooks whose codes are longer than TABLE_BITS often enough (`WIDE_SHARE`), the
+/// slow path would dominate: a table of 2^14 entries (128 KiB, in L2) covers most of them,
+/// and decoding several streams in lockstep hides the longer loads.
+const WIDE_TABLE_BITS: u32 = 14;
+/// Share of the code space (the implied probability) above which codes longer than
+/// TABLE_BITS make a codebook take the wide table.
+const WIDE_SHARE: f64 = 1.0 / 16.0;
 /// Symbols one table entry can hold.
 const SYMS_PER_ENTRY: usize = 3;
-/// A refill leaves at least 56 bits in the buffer; each table hit consumes at most TABLE_BITS.
-const LOOKUPS_PER_REFILL: usize = 56 / TABLE_BITS as usize;
+/// A refill leaves at least 56 bits in the buffer; each table hit consumes at most
+/// WIDE_TABLE_BITS.
+const LOOKUPS_PER_REFILL: usize = 56 / WIDE_TABLE_BITS as usize;
+
+/// Indexed by the next `bits` stream bits. An entry packs up to three symbols (bits 0..48),
+/// the bits they take together (48..56), the length of the first symbol alone (56..60) and
+/// the symbol count (60..64). Count 0 means the first code is longer than `bits` (or
+/// unused): take the canonical slow path, starting at the code length in bits 0..8.
+struct DecodeTable {
+    entries: Box<[u64]>,
+    bits: u32,
+}
 
 pub struct Codebook {
     /// Indexed by symbol - `enc_first`, from the first to the last used symbol:
     /// bit-reversed code | length << 24 (0 = unused).
     enc: Vec<u32>,
     enc_first: usize,
-    /// Primary decode table, indexed by the next TABLE_BITS stream bits. An entry packs up to
-    /// three symbols (bits 0..48), the bits they take together (48..56), the length of the
-    /// first symbol alone (56..60) and the symbol count (60..64). Count 0 means the first code
-    /// is longer than TABLE_BITS (or unused): take the canonical slow path, starting at the
-    /// code length in bits 0..8.
-    dec: Box<[u64; TABLE_SIZE]>,
+    /// Primary decode table, built on first use (encoders never need it).
+    dec: OnceLock<DecodeTable>,
     /// Used symbols in canonical order (length, then id).
     sorted: Vec<u16>,
     /// Slow path, per length l: exclusive upper bound of the codes of length <= l, left-aligned
@@ -188,7 +201,6 @@ impl Codebook {
 
         let mut enc = vec![0u32; lens.len()];
         let mut sorted = vec![0u16; index as usize];
-        let mut single = vec![0u32; TABLE_SIZE];
         for (i, &l) in lens.iter().enumerate() {
             if l == 0 {
                 continue;
@@ -200,40 +212,56 @@ impl Codebook {
             sorted[next_index[l] as usize] = s as u16;
             next_index[l] += 1;
             enc[i] = rev | (l as u32) << MAX_CODE_LEN;
-            if l <= TABLE_BITS as usize {
+        }
+        Codebook { enc, enc_first: first, dec: OnceLock::new(), sorted, limit, base }
+    }
+
+    fn decode_table(&self) -> &DecodeTable {
+        self.dec.get_or_init(|| {
+            let long_share: f64 =
+                self.enc.iter().map(|&e| e >> MAX_CODE_LEN).filter(|&l| l > TABLE_BITS).map(|l| 0.5f64.powi(l as i32)).sum();
+            self.build_table(if long_share > WIDE_SHARE { WIDE_TABLE_BITS } else { TABLE_BITS })
+        })
+    }
+
+    fn build_table(&self, table_bits: u32) -> DecodeTable {
+        // The symbol and length of the code each index starts with, when it fits.
+        let mut single = vec![0u32; 1 << table_bits];
+        for (i, &e) in self.enc.iter().enumerate() {
+            let (l, rev) = (e >> MAX_CODE_LEN, e & CODE_MASK);
+            if l > 0 && l <= table_bits {
                 for slot in single[rev as usize..].iter_mut().step_by(1 << l) {
-                    *slot = s as u32 | (l as u32) << 16;
+                    *slot = (self.enc_first + i) as u32 | l << 16;
                 }
             }
         }
-
-        // Chain as many short codes as fit in the TABLE_BITS known bits of each index.
-        let mut dec = Box::new([0u64; TABLE_SIZE]);
-        for (idx, entry) in dec.iter_mut().enumerate() {
-            let (mut bits, mut n, mut first_len, mut syms) = (0u32, 0u64, 0u32, 0u64);
-            while (n as usize) < SYMS_PER_ENTRY {
-                let e = single[idx >> bits];
-                let l = e >> 16;
-                if l == 0 || bits + l > TABLE_BITS {
-                    break;
+        // Chain as many short codes as fit in the known bits of each index.
+        let entries = (0..1usize << table_bits)
+            .map(|idx| {
+                let (mut bits, mut n, mut first_len, mut syms) = (0u32, 0u64, 0u32, 0u64);
+                while (n as usize) < SYMS_PER_ENTRY {
+                    let e = single[idx >> bits];
+                    let l = e >> 16;
+                    if l == 0 || bits + l > table_bits {
+                        break;
+                    }
+                    if n == 0 {
+                        first_len = l;
+                    }
+                    syms |= ((e & 0xFFFF) as u64) << (16 * n);
+                    bits += l;
+                    n += 1;
                 }
                 if n == 0 {
-                    first_len = l;
+                    // A longer code: the slow path starts at the shortest length whose codes
+                    // can begin with these bits (canonical codes grow with their length).
+                    let prefix = (idx as u32).reverse_bits() >> (32 - table_bits) << (MAX_CODE_LEN - table_bits);
+                    syms = (table_bits + 1..=MAX_CODE_LEN).find(|&l| prefix < self.limit[l as usize]).unwrap_or(MAX_CODE_LEN) as u64;
                 }
-                syms |= ((e & 0xFFFF) as u64) << (16 * n);
-                bits += l;
-                n += 1;
-            }
-            if n == 0 {
-                // A longer code: the slow path starts at the shortest length whose codes can
-                // begin with these TABLE_BITS bits (canonical codes grow with their length).
-                let prefix = (idx as u32).reverse_bits() >> (32 - TABLE_BITS) << (MAX_CODE_LEN - TABLE_BITS);
-                syms = (TABLE_BITS + 1..=MAX_CODE_LEN).find(|&l| prefix < limit[l as usize]).unwrap_or(MAX_CODE_LEN) as u64;
-            }
-            *entry = syms | (bits as u64) << 48 | (first_len as u64) << 56 | n << 60;
-        }
-
-        Codebook { enc, enc_first: first, dec, sorted, limit, base }
+                syms | (bits as u64) << 48 | (first_len as u64) << 56 | n << 60
+            })
+            .collect();
+        DecodeTable { entries, bits: table_bits }
     }
 
     /// Appends the serialized codebook (layout in the module docs) to `out`.
@@ -354,6 +382,7 @@ impl Codebook {
     /// the previous symbol's length, so one stream leaves the core idle most of the time;
     /// steps of several streams interleaved overlap those waits.
     pub fn decode_lockstep<const K: usize>(&self, bits: [&[u8]; K], outs: [&mut [u16]; K]) -> Result<()> {
+        let table = self.decode_table();
         let mut readers = bits.map(BitReader::new);
         let mut next = [0usize; K];
         // Rounds while every stream has room for a whole round's symbols.
@@ -364,22 +393,22 @@ impl Codebook {
             }
             for _ in 0..LOOKUPS_PER_REFILL {
                 for j in 0..K {
-                    self.step(&mut readers[j], outs[j], &mut next[j])?;
+                    self.step(table, &mut readers[j], outs[j], &mut next[j])?;
                 }
             }
         }
         for j in 0..K {
-            self.finish(&mut readers[j], bits[j], outs[j], next[j])?;
+            self.finish(table, &mut readers[j], bits[j], outs[j], next[j])?;
         }
         Ok(())
     }
 
     /// Decodes the symbols of one table entry into `out[*next..]`, which must have room for
-    /// `SYMS_PER_ENTRY` of them; the reader must hold at least `TABLE_BITS` bits.
+    /// `SYMS_PER_ENTRY` of them; the reader must hold at least `table.bits` bits.
     #[inline(always)]
-    fn step(&self, r: &mut BitReader, out: &mut [u16], next: &mut usize) -> Result<()> {
+    fn step(&self, table: &DecodeTable, r: &mut BitReader, out: &mut [u16], next: &mut usize) -> Result<()> {
         let i = *next;
-        let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
+        let e = table.entries[r.buf as usize & (table.entries.len() - 1)];
         let k = (e >> 60) as usize;
         if k != 0 {
             // All three slots are written; those past `k` are overwritten later.
@@ -390,7 +419,7 @@ impl Codebook {
             *next = i + k;
             r.consume((e >> 48) as u32 & 0xFF);
         } else {
-            out[i] = self.decode_long(r, e as u32)?;
+            out[i] = self.decode_long(r, table.bits, e as u32)?;
             *next = i + 1;
         }
         Ok(())
@@ -398,15 +427,15 @@ impl Codebook {
 
     /// Decodes the symbols of `out` from `next` on, one at a time, then checks that the stream
     /// `bits` ends exactly there.
-    fn finish(&self, r: &mut BitReader, bits: &[u8], out: &mut [u16], next: usize) -> Result<()> {
+    fn finish(&self, table: &DecodeTable, r: &mut BitReader, bits: &[u8], out: &mut [u16], next: usize) -> Result<()> {
         for slot in &mut out[next..] {
             r.refill()?;
-            let e = self.dec[r.buf as usize & (TABLE_SIZE - 1)];
+            let e = table.entries[r.buf as usize & (table.entries.len() - 1)];
             if e >> 60 != 0 {
                 *slot = e as u16;
                 r.consume((e >> 56) as u32 & 0xF);
             } else {
-                *slot = self.decode_long(r, e as u32)?;
+                *slot = self.decode_long(r, table.bits, e as u32)?;
             }
         }
         let used = r.consumed();
@@ -423,16 +452,16 @@ impl Codebook {
         Ok(())
     }
 
-    /// Canonical decode of a code longer than TABLE_BITS (or an unused one), at least `shortest`
-    /// bits long (what the table entry says). Leaves at least 56 bits in the buffer, so the
-    /// caller's per-refill budget still holds.
+    /// Canonical decode of a code longer than the table's `table_bits` (or an unused one), at
+    /// least `shortest` bits long (what the table entry says). Leaves at least 56 bits in the
+    /// buffer, so the caller's per-refill budget still holds.
     #[cold]
     #[inline(never)]
-    fn decode_long(&self, r: &mut BitReader, shortest: u32) -> Result<u16> {
+    fn decode_long(&self, r: &mut BitReader, table_bits: u32, shortest: u32) -> Result<u16> {
         r.refill()?;
         // The next MAX_CODE_LEN stream bits, first bit most significant.
         let window = (r.buf as u32).reverse_bits() >> (32 - MAX_CODE_LEN);
-        for l in shortest.max(TABLE_BITS + 1)..=MAX_CODE_LEN {
+        for l in shortest.max(table_bits + 1)..=MAX_CODE_LEN {
             if window < self.limit[l as usize] {
                 let idx = (window >> (MAX_CODE_LEN - l)).wrapping_add(self.base[l as usize]);
                 let sym = *self.sorted.get(idx as usize).ok_or_else(|| corrupt!("invalid Huffman code"))?;
@@ -808,6 +837,20 @@ mod tests {
         assert_eq!(lengths(&cb)[500], (500, 1));
         assert_eq!(kraft(&cb), 1 << MAX_CODE_LEN);
         encode_decode(&cb, &(0..1000).chain([500; 5000]).chain(0..1000).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn broad_codebooks_decode_through_the_wide_table() {
+        // Near-uniform over 6000 symbols: codes of 12 and 13 bits, most of them too long for
+        // the narrow table; a peaked histogram keeps the narrow one.
+        let broad: Vec<u16> = (0..60_000u32).map(|i| (i * 7919 % 6000) as u16).collect();
+        let cb = Codebook::from_histogram(&histogram(&broad, 6000));
+        assert_eq!(cb.decode_table().bits, WIDE_TABLE_BITS);
+        encode_decode(&cb, &broad);
+        let peaked: Vec<u16> = (0..60_000u32).map(|i| if i % 50 == 0 { (i % 6000) as u16 } else { 3000 + (i % 3) as u16 }).collect();
+        let cb = Codebook::from_histogram(&histogram(&peaked, 6000));
+        assert_eq!(cb.decode_table().bits, TABLE_BITS);
+        encode_decode(&cb, &peaked);
     }
 
     #[test]
