@@ -51,11 +51,11 @@ pub fn level_for(preset: Preset, frame: &[u8]) -> Option<i32> {
 /// Packs `raw`; `level_for(frame)` gives the zstd level to try on a frame, or `None` to store it.
 /// A frame is stored whenever zstd would not shrink it.
 pub fn pack(raw: &[u8], level_for: impl Fn(&[u8]) -> Option<i32> + Sync) -> Vec<u8> {
-    let frames: Vec<(u8, Vec<u8>)> = raw
+    let frames: Vec<(u8, Cow<[u8]>)> = raw
         .par_chunks(FRAME_BYTES)
         .map(|frame| match level_for(frame).map(|level| zstd_compress(frame, level)) {
-            Some(packed) if packed.len() < frame.len() => (1, packed),
-            _ => (0, frame.to_vec()),
+            Some(packed) if packed.len() < frame.len() => (1, Cow::Owned(packed)),
+            _ => (0, Cow::Borrowed(frame)),
         })
         .collect();
     let mut out = Vec::with_capacity(frames.iter().map(|f| f.1.len() + 4).sum());
