@@ -15,12 +15,13 @@ use crate::entropy::offline;
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
 use crate::nonfinite;
-use crate::predictor::{self, Predictor, ZeroCounts};
+use crate::predictor::{self, Predictor, PredictorKind, ZeroCounts};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
+use crate::range::{self, finite_range, finite_range_from, relative_bound};
 use crate::selection;
 use crate::stream::{ChunkEntry, CodebookSource, Header, Stream, MAX_CHUNK_ELEMENTS};
 use crate::threads;
-use crate::{Config, ErrorBound};
+use crate::{Config, ErrorBound, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -52,62 +53,10 @@ pub fn check_shape(shape: &[usize], len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Smallest and largest of the values `keep` accepts, block by block in parallel. Eight
-/// independent lanes per block: one running min/max would be a serial dependency chain, which
-/// the compiler may not reorder for floats.
-fn range_of<T: Element>(data: &[T], keep: impl Fn(f64) -> bool + Sync) -> (f64, f64) {
-    const LANES: usize = 8;
-    data.par_chunks(1 << 16)
-        .map(|block| {
-            let (mut lo, mut hi) = ([f64::INFINITY; LANES], [f64::NEG_INFINITY; LANES]);
-            let mut update = |j: usize, x: T| {
-                let v = x.to_f64();
-                if keep(v) {
-                    lo[j] = if v < lo[j] { v } else { lo[j] };
-                    hi[j] = if v > hi[j] { v } else { hi[j] };
-                }
-            };
-            let mut lanes = block.chunks_exact(LANES);
-            for c in &mut lanes {
-                for (j, &x) in c.iter().enumerate() {
-                    update(j, x);
-                }
-            }
-            for (j, &x) in lanes.remainder().iter().enumerate() {
-                update(j, x);
-            }
-            (lo.into_iter().fold(f64::INFINITY, f64::min), hi.into_iter().fold(f64::NEG_INFINITY, f64::max))
-        })
-        .reduce(|| (f64::INFINITY, f64::NEG_INFINITY), |a, b| (a.0.min(b.0), a.1.max(b.1)))
-}
-
-/// Smallest and largest finite value (lo > hi when there is none). The first sweep takes every
-/// value, a compare-and-select the compiler vectorises (NaN never wins a comparison); only when
-/// it ends on an infinity does a second sweep filter them out.
-pub fn finite_range<T: Element>(data: &[T]) -> (f64, f64) {
-    match range_of(data, |_| true) {
-        (lo, hi) if lo.is_finite() && hi.is_finite() => (lo, hi),
-        _ => range_of(data, f64::is_finite),
-    }
-}
-
-/// `fraction` of the finite values' range (0 when there is none), never above the exact product.
-pub fn relative_to_range<T: Element>(data: &[T], fraction: f64) -> f64 {
-    let (lo, hi) = finite_range(data);
-    if lo > hi {
-        return 0.0;
-    }
-    let range = hi - lo;
-    // A range wider than f64::MAX is split so the bound stays finite.
-    let eb = if range.is_finite() { fraction * range } else { fraction * hi - fraction * lo };
-    // Rounding may have nudged eb above fraction * (hi - lo) taken exactly; step back a few ulps
-    // so the promise holds against the exact product.
-    eb * (1.0 - 4.0 * f64::EPSILON)
-}
-
 /// The absolute bound for the request: value-range relative bounds use the finite values' range.
 /// Targets (ratio, PSNR) have no bound of their own: `target` searches for one.
-fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound) -> Result<f64> {
+/// `all`, when given, is the range of every value but NaN, found already.
+fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound, all: Option<(f64, f64)>) -> Result<f64> {
     let (name, value) = match bound {
         ErrorBound::Absolute(v) => ("abs", v),
         ErrorBound::Relative(v) => ("rel", v),
@@ -120,7 +69,10 @@ fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound) -> Result<f64> {
     }
     let eb = match bound {
         ErrorBound::Absolute(v) => v,
-        _ => relative_to_range(data, value),
+        _ => {
+            let (lo, hi) = all.map_or_else(|| finite_range(data), |all| finite_range_from(data, all));
+            relative_bound(lo, hi, value)
+        }
     };
     Ok(eb.min(f64::MAX))
 }
@@ -134,17 +86,21 @@ struct Predicted<T> {
 
 fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
     let chunk: Cow<[T]> = if b.shape.as_slice() == shape { Cow::Borrowed(data) } else { Cow::Owned(gather(data, shape, b)) };
-    let (coded, patches) = match p {
+    match p {
         // Interpolation rebuilds the values in a copy of its own: fill that copy.
-        Predictor::Interpolation { .. } => {
-            let (owned, patches) = nonfinite::fill_owned(chunk);
-            (predictor::encode(p, Cow::Owned(owned), &b.shape, q), patches)
-        }
+        Predictor::Interpolation { .. } => interpolate(nonfinite::fill_owned(chunk), b, p, q),
         _ => {
             let (filled, patches) = nonfinite::fill(&chunk);
-            (predictor::encode(p, filled, &b.shape, q), patches)
+            predicted(predictor::encode(p, filled, &b.shape, q), patches, q)
         }
-    };
+    }
+}
+
+fn interpolate<T: Element>((values, patches): Filled<T>, b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
+    predicted(predictor::encode(p, Cow::Owned(values), &b.shape, q), patches, q)
+}
+
+fn predicted<T: Element>(coded: predictor::Coded<T>, patches: Vec<(usize, T)>, q: &Quantizer) -> Predicted<T> {
     let histogram = huffman::histogram(&coded.symbols, q.alphabet());
     Predicted { coded, patches, histogram }
 }
@@ -194,13 +150,31 @@ fn chunk_bytes<T: Element>(c: &Predicted<T>, codebook: &Codebook) -> Result<Vec<
 
 pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Result<Vec<u8>> {
     check_shape(shape, data.len())?;
-    compress_with_eb(data, shape, config, absolute_bound(data, config.bound)?)
+    // An array that will be one interpolation chunk is coded from a copy of its own: under a
+    // relative bound, one sweep makes that copy and finds the range.
+    // (`chunk_target`: interpolation chunks are as large as the format allows.)
+    let one_chunk = !data.is_empty() && data.len() <= MAX_CHUNK_ELEMENTS;
+    let interpolation = match config.predictor {
+        Some(kind) => kind == PredictorKind::Interpolation,
+        None => config.preset == Preset::Speed,
+    };
+    let scanned = match config.bound {
+        ErrorBound::Relative(_) if one_chunk && interpolation => Some(range::copy_scanned(data)),
+        _ => None,
+    };
+    let eb = absolute_bound(data, config.bound, scanned.as_ref().map(|&(_, _, all)| all))?;
+    let copy = scanned.map(|(copy, finite, _)| nonfinite::fill_copy(copy, finite));
+    compress_prepared(prepare_with(data, shape, config, eb, None, None, copy), config)
 }
 
 /// Compresses under the absolute bound `eb` (finite, >= 0), recording `config.bound` as the
 /// request it came from. The shape must already be checked.
 pub fn compress_with_eb<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64) -> Result<Vec<u8>> {
-    let prepared = prepare(data, shape, config, eb, None, None);
+    compress_prepared(prepare(data, shape, config, eb, None, None), config)
+}
+
+/// Entropy-codes `prepared` with a codebook of its own.
+fn compress_prepared<T: Element>(prepared: Prepared<T>, config: &Config) -> Result<Vec<u8>> {
     let codebook = Codebook::from_histogram(&prepared.histogram);
     let mut table = Vec::new();
     codebook.write(&mut table);
@@ -229,6 +203,23 @@ pub fn prepare<T: Element>(
     predictor: Option<Predictor>,
     symbols: Option<(usize, usize)>,
 ) -> Prepared<T> {
+    prepare_with(data, shape, config, eb, predictor, symbols, None)
+}
+
+/// Values ready for interpolation, and the non-finite ones they replace.
+type Filled<T> = (Vec<T>, Vec<(usize, T)>);
+
+/// `prepare`, with `copy` as the working values of the chunk if the array comes to one
+/// interpolation chunk (the whole array, non-finite values replaced, and the replaced ones).
+fn prepare_with<T: Element>(
+    data: &[T],
+    shape: &[usize],
+    config: &Config,
+    eb: f64,
+    predictor: Option<Predictor>,
+    symbols: Option<(usize, usize)>,
+    copy: Option<Filled<T>>,
+) -> Prepared<T> {
     let q = Quantizer::new(eb, DEFAULT_RADIUS);
     let q = symbols.map_or(q, |(first, last)| q.with_symbols(first, last));
     let p = match predictor {
@@ -238,7 +229,10 @@ pub fn prepare<T: Element>(
     };
     let chunk_shape = chunk_shape(shape, chunk_target(&p));
     let boxes = if data.is_empty() { Vec::new() } else { chunk_boxes(shape, &chunk_shape) };
-    let chunks: Vec<Predicted<T>> = boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect();
+    let chunks: Vec<Predicted<T>> = match (copy, boxes.as_slice(), p) {
+        (Some(filled), [b], Predictor::Interpolation { .. }) => vec![interpolate(filled, b, &p, &q)],
+        _ => boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect(),
+    };
     let histogram = chunks.iter().fold(vec![0u64; q.alphabet()], |h, c| huffman::add_histogram(h, &c.histogram));
     Prepared { predictor: p, eb, histogram, shape: shape.to_vec(), chunk_shape, chunks }
 }

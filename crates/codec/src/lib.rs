@@ -24,6 +24,7 @@ mod grid;
 mod nonfinite;
 mod predictor;
 mod quantizer;
+mod range;
 mod selection;
 mod stream;
 mod streaming;

@@ -3,6 +3,7 @@
 //! not spoil the predictions of its neighbours (a land mask in an ocean field, say).
 
 use crate::element::Element;
+use crate::range;
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -23,32 +24,22 @@ pub fn fill<T: Element>(data: &[T]) -> (Cow<'_, [T]>, Vec<(usize, T)>) {
 /// `fill` for a predictor that rebuilds the values in a buffer of its own: borrowed data is
 /// copied and checked in one sweep, so the array is read once instead of twice.
 pub fn fill_owned<T: Element>(data: Cow<'_, [T]>) -> (Vec<T>, Vec<(usize, T)>) {
-    let (mut owned, finite) = match data {
+    match data {
         Cow::Borrowed(data) => {
-            let mut owned = Vec::with_capacity(data.len());
-            let finite = owned.spare_capacity_mut()[..data.len()]
-                .par_chunks_mut(BLOCK)
-                .zip(data.par_chunks(BLOCK))
-                .map(|(out, block)| {
-                    let mut count = 0;
-                    for (o, &x) in out.iter_mut().zip(block) {
-                        o.write(x);
-                        count += x.is_finite() as usize;
-                    }
-                    count == block.len()
-                })
-                .reduce(|| true, |a, b| a && b);
-            // Safety: the sweep above wrote every element.
-            unsafe { owned.set_len(data.len()) };
-            (owned, finite)
+            let (copy, finite, _) = range::copy_scanned(data);
+            fill_copy(copy, finite)
         }
         Cow::Owned(owned) => {
             let finite = owned.par_chunks(BLOCK).all(|b| b.iter().filter(|x| x.is_finite()).count() == b.len());
-            (owned, finite)
+            fill_copy(owned, finite)
         }
-    };
-    let patches = if finite { Vec::new() } else { replace(&mut owned) };
-    (owned, patches)
+    }
+}
+
+/// `fill_owned` of values already copied, `finite` telling whether all of them are.
+pub fn fill_copy<T: Element>(mut values: Vec<T>, finite: bool) -> (Vec<T>, Vec<(usize, T)>) {
+    let patches = if finite { Vec::new() } else { replace(&mut values) };
+    (values, patches)
 }
 
 /// Replaces the non-finite values by the mean of the finite ones; returns what it replaced.

@@ -12,13 +12,14 @@
 //! PSNR floor over the whole stream, kept chunk by chunk against the range seen so far (see
 //! `encode_psnr`). A relative bound needs the range of data not seen yet, so it is refused.
 
-use crate::compressor::{check_shape, decompress_with, finite_range, prepare, Prepared};
+use crate::compressor::{check_shape, decompress_with, prepare, Prepared};
 use crate::element::Element;
 use crate::entropy::adaptive::{decide, spread, Decision, Policy};
 use crate::entropy::huffman::Codebook;
 use crate::entropy::offline::{self, covering};
 use crate::error::{CodecError, Result};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
+use crate::range::finite_range;
 use crate::selection;
 use crate::stream::{CodebookSource, Header};
 use crate::target::{self, rms_error};

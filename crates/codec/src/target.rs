@@ -9,10 +9,11 @@
 //! searched first on a central box of about that size, so the full array is usually compressed
 //! only once or twice.
 
-use crate::compressor::{check_shape, compress_with_eb, decompress, finite_range};
+use crate::compressor::{check_shape, compress_with_eb, decompress};
 use crate::element::Element;
 use crate::error::{CodecError, Result};
 use crate::grid::{chunk_shape, gather, ChunkBox};
+use crate::range::finite_range;
 use crate::{Config, ErrorBound};
 use rayon::prelude::*;
 
