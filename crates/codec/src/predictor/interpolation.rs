@@ -93,19 +93,23 @@ impl Stencil {
             Some(_) if x < 3 * s && x + 3 * s <= m => fixed(&[-si, si, 3 * si], &QUAD_FIRST),
             _ => {
                 // Near the last index: the known points within reach, the last one possibly nearer.
-                let mut offsets = Vec::with_capacity(4);
+                let (mut offsets, mut len) = ([0isize; 4], 0);
+                let mut push = |o: isize| {
+                    offsets[len] = o;
+                    len += 1;
+                };
                 if four.is_some() && x >= 3 * s {
-                    offsets.push(-3 * si);
+                    push(-3 * si);
                 }
-                offsets.push(-si);
-                offsets.push(si.min(mi - xi));
+                push(-si);
+                push(si.min(mi - xi));
                 if four.is_some() && x + s < m {
-                    offsets.push((3 * si).min(mi - xi));
+                    push((3 * si).min(mi - xi));
                 }
-                let of: Vec<f64> = offsets.iter().map(|&o| o as f64).collect();
+                let of = offsets.map(|o| o as f64);
                 let mut w = [0.0; 4];
-                lagrange(&of, &mut w[..of.len()]);
-                fixed(&offsets, &w[..of.len()])
+                lagrange(&of[..len], &mut w[..len]);
+                fixed(&offsets[..len], &w[..len])
             }
         }
     }
@@ -211,9 +215,9 @@ impl<T: Copy> SharedBuf<T> {
 }
 
 /// Visits the points of a pass along the contiguous dimension: one line, positions `xs`
-/// (odd multiples of `s` in increasing order).
+/// (odd multiples of `s` in increasing order) with their `stencils`.
 #[inline(always)]
-fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], s: usize, n: usize, spline: Spline, v: &mut V) {
+fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], stencils: &[Stencil], s: usize, n: usize, v: &mut V) {
     let Some((&first, &last)) = xs.first().zip(xs.last()) else { return };
     // Every stencil of the line reads within it: its points and their known neighbours.
     buf.check_span(base + first, base + last, (-(first as isize), (n - 1 - last) as isize));
@@ -224,20 +228,20 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
         unsafe { buf.set_unchecked(i, v.visit(buf.get_unchecked(i), st.predict(buf, i))) };
     };
     if s == 0 {
-        for &x in xs {
-            visit_with(x, &Stencil::new(x, s, n - 1, spline), v);
+        for (&x, st) in xs.iter().zip(stencils) {
+            visit_with(x, st, v);
         }
         return;
     }
     // Interior points (x >= 3s, x + 3s < n) share one stencil; the ends need their own.
     let interior = xs.partition_point(|&x| x < 3 * s);
     let tail = xs.partition_point(|&x| x + 3 * s < n).max(interior);
-    for &x in &xs[..interior] {
-        visit_with(x, &Stencil::new(x, s, n - 1, spline), v);
+    for (&x, st) in xs[..interior].iter().zip(stencils) {
+        visit_with(x, st, v);
     }
     if interior < tail {
         // Stride-2s points: gathered into a run, coded together, scattered back.
-        let st = Stencil::new(xs[interior], s, n - 1, spline);
+        let st = stencils[interior];
         let (mut vals, mut preds) = ([T::default(); RUN], [0.0f64; RUN]);
         for group in xs[interior..tail].chunks(RUN) {
             let m = group.len();
@@ -252,8 +256,8 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
             }
         }
     }
-    for &x in &xs[tail..] {
-        visit_with(x, &Stencil::new(x, s, n - 1, spline), v);
+    for (&x, st) in xs[tail..].iter().zip(&stencils[tail..]) {
+        visit_with(x, st, v);
     }
 }
 
@@ -325,9 +329,13 @@ struct Pass {
     k: usize,
     s: usize,
     coords: Vec<Vec<usize>>,
-    /// Per row: buffer offset of its coordinate 0 in the last dimension, and its position
-    /// along `k` (rows across the refined dimension share one stencil).
+    /// Per row: buffer offset of its coordinate 0 in the last dimension, and the index in
+    /// `coords[k]` of its position along `k` (rows across the refined dimension share one
+    /// stencil).
     rows: Vec<(usize, usize)>,
+    /// The stencil of each position of `coords[k]`, in buffer offsets: made once per pass, as
+    /// the rows and lines of a pass share them (small blocks have many short rows).
+    stencils: Vec<Stencil>,
 }
 
 /// Points handed to one task: enough that scheduling costs nothing next to the work.
@@ -362,7 +370,7 @@ fn lattice(n: usize, step: usize) -> Vec<usize> {
 }
 
 /// Every pass of the walk, coarsest first; point 0 precedes them all.
-fn passes(shape: &[usize], order: DimOrder) -> impl Iterator<Item = Pass> + '_ {
+fn passes(shape: &[usize], order: DimOrder, spline: Spline) -> impl Iterator<Item = Pass> + '_ {
     let nd = shape.len();
     let st = strides(shape);
     let dims = order.sequence(nd);
@@ -397,9 +405,10 @@ fn passes(shape: &[usize], order: DimOrder) -> impl Iterator<Item = Pass> + '_ {
             let mut rows = Vec::with_capacity(outer.iter().product());
             for_each_index(&outer, |pos| {
                 let base = (0..nd - 1).map(|d| coords[d][pos[d]] * st[d]).sum();
-                rows.push((base, if k < nd - 1 { coords[k][pos[k]] } else { 0 }));
+                rows.push((base, if k < nd - 1 { pos[k] } else { 0 }));
             });
-            Some(Pass { level, k, s, coords, rows })
+            let stencils = coords[k].iter().map(|&x| Stencil::new(x, s, last, spline).scaled(st[k])).collect();
+            Some(Pass { level, k, s, coords, rows, stencils })
         })
     })
 }
@@ -410,22 +419,19 @@ struct RowGroup<'a, T> {
     pass: &'a Pass,
     rows: &'a [(usize, usize)],
     shape: &'a [usize],
-    strides: &'a [usize],
-    spline: Spline,
 }
 
 /// Visits one group of rows of a pass.
 #[inline(always)]
 fn visit_rows<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
-    let RowGroup { buf, pass, rows, shape, strides, spline } = *g;
+    let RowGroup { buf, pass, rows, shape } = *g;
     let nd = shape.len();
     let cs = &pass.coords[nd - 1];
-    for &(base, x) in rows {
+    for &(base, at) in rows {
         if pass.k == nd - 1 {
-            line(buf, base, cs, pass.s, shape[nd - 1], spline, v);
+            line(buf, base, cs, &pass.stencils, pass.s, shape[nd - 1], v);
         } else {
-            let stencil = Stencil::new(x, pass.s, shape[pass.k] - 1, spline).scaled(strides[pass.k]);
-            row(buf, base, cs, &stencil, v);
+            row(buf, base, cs, &pass.stencils[at], v);
         }
     }
 }
@@ -470,14 +476,13 @@ struct Walk<'a> {
 /// group order, so the stream does not depend on the number of threads.
 fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec<usize>) {
     let Walk { shape, spline, order, q, bounds } = *walk;
-    let st = strides(shape);
     let mut symbols = threads::filled(0u16, buf.len());
     let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
     buf[0] = v.visit(buf[0], 0.0);
     let (mut exact, mut absent) = (v.exact, v.absent);
     let buf = SharedBuf::new(buf);
     let mut pos = 1;
-    for pass in passes(shape, order) {
+    for pass in passes(shape, order, spline) {
         let count = pass.rows.len() * pass.row_len();
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
@@ -487,7 +492,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
             .zip(symbols[pos..pos + count].par_chunks_mut(group_points))
             .map(|(rows, syms)| {
                 let mut v = EncodeVisitor::new(&lq, syms);
-                visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape, strides: &st, spline }, &mut v);
+                visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape }, &mut v);
                 (v.exact, v.absent)
             })
             .collect();
@@ -508,13 +513,12 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
     if symbols.len() != n || zeros.total() != exact.len() {
         return Err(corrupt!("interpolation chunk has {} symbols and {} exact values for {n} points", symbols.len(), exact.len()));
     }
-    let st = strides(shape);
     let first = (symbols[0] == 0) as usize;
     let mut v = DecodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &symbols[..1], &exact[..first])?;
     buf[0] = v.visit(buf[0], 0.0);
     let (mut sym_pos, mut exact_pos) = (1, first);
     let buf = SharedBuf::new(buf);
-    for pass in passes(shape, order) {
+    for pass in passes(shape, order, spline) {
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
         let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
@@ -533,7 +537,7 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
         }
         pass.rows.par_chunks(pass.group_rows()).zip(pass_symbols.par_chunks(group_points)).enumerate().for_each(|(g, (rows, syms))| {
             let mut v = DecodeVisitor::counted(&lq, syms, &exact[starts[g]..starts[g] + counts[g]]);
-            visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape, strides: &st, spline }, &mut v);
+            visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape }, &mut v);
         });
         sym_pos += pass_symbols.len();
         exact_pos = acc;
@@ -607,12 +611,12 @@ mod tests {
                 let n: usize = shape.iter().product();
                 let mut seen = vec![0u32; n];
                 seen[0] += 1;
-                for pass in passes(&shape, order) {
+                for pass in passes(&shape, order, Spline::Cubic) {
                     let last = shape.len() - 1;
-                    for &(base, x) in &pass.rows {
+                    for &(base, at) in &pass.rows {
                         for &c in &pass.coords[last] {
                             let i = base + c;
-                            assert!(pass.k == last || (i / st[pass.k]) % shape[pass.k] == x);
+                            assert!(pass.k == last || (i / st[pass.k]) % shape[pass.k] == pass.coords[pass.k][at]);
                             seen[i] += 1;
                         }
                     }
