@@ -8,7 +8,9 @@ use crate::error::{corrupt, Result};
 use crate::Preset;
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::io::Read;
+use zstd::zstd_safe::{DCtx, ResetDirective};
 
 pub const FRAME_BYTES: usize = 1 << 20;
 
@@ -125,16 +127,30 @@ pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Cow<'_, [u8]>> {
 
 /// Decompresses one zstd frame that must hold exactly `raw` bytes and nothing after it.
 fn zstd_frame(body: &[u8], raw: usize) -> Result<Vec<u8>> {
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| corrupt!("zstd: {e}"))?.single_frame();
-    let mut out = Vec::new();
-    (&mut decoder).take(raw as u64 + 1).read_to_end(&mut out).map_err(|e| corrupt!("zstd frame: {e}"))?;
-    if out.len() != raw {
-        return Err(corrupt!("zstd frame holds {} bytes, not {raw}", out.len()));
+    // One context per thread, as for compression: the unit-block sets of an AMR read decode
+    // many small frames, and creating a context per frame showed in profiles.
+    thread_local! {
+        static CONTEXT: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
     }
-    if !decoder.finish().is_empty() {
-        return Err(corrupt!("bytes after the zstd frame"));
-    }
-    Ok(out)
+    CONTEXT.with(|c| {
+        let mut c = c.borrow_mut();
+        let context = match c.as_mut() {
+            Some(context) => context,
+            None => c.insert(DCtx::try_create().ok_or_else(|| corrupt!("cannot create a zstd context"))?),
+        };
+        // A frame that failed halfway may have left the context mid-frame.
+        context.reset(ResetDirective::SessionOnly).map_err(|e| corrupt!("zstd: {}", zstd::zstd_safe::get_error_name(e)))?;
+        let mut decoder = zstd::stream::read::Decoder::with_context(body, context).single_frame();
+        let mut out = Vec::new();
+        (&mut decoder).take(raw as u64 + 1).read_to_end(&mut out).map_err(|e| corrupt!("zstd frame: {e}"))?;
+        if out.len() != raw {
+            return Err(corrupt!("zstd frame holds {} bytes, not {raw}", out.len()));
+        }
+        if !decoder.finish().is_empty() {
+            return Err(corrupt!("bytes after the zstd frame"));
+        }
+        Ok(out)
+    })
 }
 
 #[cfg(test)]
