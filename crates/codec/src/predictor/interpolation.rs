@@ -240,24 +240,38 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
         visit_with(x, st, v);
     }
     if interior < tail {
-        // Stride-2s points: gathered into a run, coded together, scattered back.
+        // Stride-2s points: gathered into a run, coded together, scattered back. The stride is
+        // spelled out as a constant for the finest level (s = 1), where most of these points
+        // are, so the compiler can turn the strided loads into vector shuffles.
         let st = stencils[interior];
-        let (mut vals, mut preds) = ([T::default(); RUN], [0.0f64; RUN]);
         for group in xs[interior..tail].chunks(RUN) {
-            let m = group.len();
-            for (k, &x) in group.iter().enumerate() {
-                // Safety: as in `visit_with`.
-                unsafe { (vals[k], preds[k]) = (buf.get_unchecked(base + x), st.predict(buf, base + x)) };
-            }
-            v.visit_run(&mut vals[..m], |k| preds[k]);
-            for (k, &x) in group.iter().enumerate() {
-                // Safety: as in `visit_with`.
-                unsafe { buf.set_unchecked(base + x, vals[k]) };
+            // Safety: the points of the group are those of `xs`, as in `visit_with`.
+            unsafe {
+                if s == 1 {
+                    strided_run(buf, base + group[0], 2, group.len(), &st, v);
+                } else {
+                    strided_run(buf, base + group[0], 2 * s, group.len(), &st, v);
+                }
             }
         }
     }
     for (&x, st) in xs[tail..].iter().zip(&stencils[tail..]) {
         visit_with(x, st, v);
+    }
+}
+
+/// Codes the `m` points `first + k * step` of a line with stencil `st`: gathered into a run,
+/// coded together, scattered back. Safety: as for `Stencil::predict`, for every point.
+#[inline(always)]
+unsafe fn strided_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
+    let (mut vals, mut preds) = ([T::default(); RUN], [0.0f64; RUN]);
+    for k in 0..m.min(RUN) {
+        let i = first + k * step;
+        (vals[k], preds[k]) = (buf.get_unchecked(i), st.predict(buf, i));
+    }
+    v.visit_run(&mut vals[..m], |k| preds[k]);
+    for (k, &x) in vals[..m].iter().enumerate() {
+        buf.set_unchecked(first + k * step, x);
     }
 }
 
