@@ -164,13 +164,13 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
     };
     let eb = absolute_bound(data, config.bound, scanned.as_ref().map(|&(_, _, all)| all))?;
     let copy = scanned.map(|(copy, finite, _)| nonfinite::fill_copy(copy, finite));
-    compress_prepared(prepare_with(data, shape, config, eb, None, None, copy), config)
+    compress_prepared(prepare(data, shape, config, eb, None, None, copy), config)
 }
 
 /// Compresses under the absolute bound `eb` (finite, >= 0), recording `config.bound` as the
 /// request it came from. The shape must already be checked.
 pub fn compress_with_eb<T: Element>(data: &[T], shape: &[usize], config: &Config, eb: f64) -> Result<Vec<u8>> {
-    compress_prepared(prepare(data, shape, config, eb, None, None), config)
+    compress_prepared(prepare(data, shape, config, eb, None, None, None), config)
 }
 
 /// Entropy-codes `prepared` with a codebook of its own.
@@ -192,26 +192,15 @@ pub struct Prepared<T> {
     chunks: Vec<Predicted<T>>,
 }
 
-/// Predicts and quantizes `data` under `eb` with `predictor`, or the one sampling picks. With
-/// `symbols = Some((first, last))`, codes outside those symbols are kept exactly (so a codebook
-/// covering them can code the result).
-pub fn prepare<T: Element>(
-    data: &[T],
-    shape: &[usize],
-    config: &Config,
-    eb: f64,
-    predictor: Option<Predictor>,
-    symbols: Option<(usize, usize)>,
-) -> Prepared<T> {
-    prepare_with(data, shape, config, eb, predictor, symbols, None)
-}
-
 /// Values ready for interpolation, and the non-finite ones they replace.
 type Filled<T> = (Vec<T>, Vec<(usize, T)>);
 
-/// `prepare`, with `copy` as the working values of the chunk if the array comes to one
-/// interpolation chunk (the whole array, non-finite values replaced, and the replaced ones).
-fn prepare_with<T: Element>(
+/// Predicts and quantizes `data` under `eb` with `predictor`, or the one sampling picks. With
+/// `symbols = Some((first, last))`, codes outside those symbols are kept exactly (so a codebook
+/// covering them can code the result). `copy`, if the array comes to one interpolation chunk,
+/// is that chunk's working values (the whole array with non-finite values replaced, and the
+/// replaced ones).
+pub fn prepare<T: Element>(
     data: &[T],
     shape: &[usize],
     config: &Config,

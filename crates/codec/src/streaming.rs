@@ -192,7 +192,7 @@ impl StreamEncoder {
         let mut decision = Decision::StartOver;
         let mut kept_try = None;
         if !stale {
-            let prepared = prepare(data, shape, &self.config, eb, kept, window);
+            let prepared = prepare(data, shape, &self.config, eb, kept, window, None);
             let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
             if let Some(c) = &self.current {
                 decision = decide(self.policy, c.spread, s, c.elements_since);
@@ -205,7 +205,7 @@ impl StreamEncoder {
             Some(tried) => tried,
             None => {
                 self.stats.reselected += 1;
-                let prepared = prepare(data, shape, &self.config, eb, None, None);
+                let prepared = prepare(data, shape, &self.config, eb, None, None, None);
                 let s = spread(&prepared.histogram, DEFAULT_RADIUS as usize);
                 (prepared, s)
             }
