@@ -12,13 +12,13 @@ const LANES: usize = 8;
 /// Minimum and maximum of the values fed to it, in `LANES` lanes. A compare-and-select the
 /// compiler vectorises; NaN never wins a comparison, so it is passed over.
 #[derive(Clone, Copy)]
-pub struct MinMax {
+struct MinMax {
     lo: [f64; LANES],
     hi: [f64; LANES],
 }
 
 impl MinMax {
-    pub fn new() -> Self {
+    fn new() -> Self {
         MinMax { lo: [f64::INFINITY; LANES], hi: [f64::NEG_INFINITY; LANES] }
     }
 
@@ -28,22 +28,18 @@ impl MinMax {
         self.hi[lane] = if v > self.hi[lane] { v } else { self.hi[lane] };
     }
 
-    /// Feeds every element of `block` in lane order and hands `visit` its index and value.
+    /// Feeds the values of `block` that `keep` accepts.
     #[inline(always)]
-    pub fn feed<T: Element>(&mut self, block: &[T], keep: impl Fn(f64) -> bool, mut visit: impl FnMut(usize, T)) {
+    fn feed<T: Element>(&mut self, block: &[T], keep: impl Fn(f64) -> bool) {
         let mut lanes = block.chunks_exact(LANES);
-        let mut base = 0;
         for c in &mut lanes {
             for (j, &x) in c.iter().enumerate() {
-                visit(base + j, x);
                 if keep(x.to_f64()) {
                     self.update(j, x.to_f64());
                 }
             }
-            base += LANES;
         }
         for (j, &x) in lanes.remainder().iter().enumerate() {
-            visit(base + j, x);
             if keep(x.to_f64()) {
                 self.update(j, x.to_f64());
             }
@@ -51,9 +47,16 @@ impl MinMax {
     }
 
     /// (smallest, largest); lo > hi when nothing was fed.
-    pub fn result(self) -> (f64, f64) {
+    fn result(self) -> (f64, f64) {
         (self.lo.into_iter().fold(f64::INFINITY, f64::min), self.hi.into_iter().fold(f64::NEG_INFINITY, f64::max))
     }
+}
+
+/// Smallest and largest of the values of `block` that `keep` accepts.
+fn block_range<T: Element>(block: &[T], keep: impl Fn(f64) -> bool) -> (f64, f64) {
+    let mut m = MinMax::new();
+    m.feed(block, keep);
+    m.result()
 }
 
 fn merge(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
@@ -62,13 +65,7 @@ fn merge(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
 
 /// Smallest and largest of the values `keep` accepts, block by block in parallel.
 fn range_of<T: Element>(data: &[T], keep: impl Fn(f64) -> bool + Sync) -> (f64, f64) {
-    data.par_chunks(BLOCK)
-        .map(|block| {
-            let mut m = MinMax::new();
-            m.feed(block, &keep, |_, _| {});
-            m.result()
-        })
-        .reduce(|| (f64::INFINITY, f64::NEG_INFINITY), merge)
+    data.par_chunks(BLOCK).map(|block| block_range(block, &keep)).reduce(|| (f64::INFINITY, f64::NEG_INFINITY), merge)
 }
 
 /// Smallest and largest finite value (lo > hi when there is none). The first sweep takes every
@@ -99,9 +96,7 @@ pub fn copy_scanned<T: Element>(data: &[T]) -> (Vec<T>, bool, (f64, f64)) {
             for (o, &x) in out.iter_mut().zip(block) {
                 o.write(x);
             }
-            let mut m = MinMax::new();
-            m.feed(block, |_| true, |_, _| {});
-            (block.iter().filter(|x| x.is_finite()).count() == block.len(), m.result())
+            (block.iter().filter(|x| x.is_finite()).count() == block.len(), block_range(block, |_| true))
         })
         .reduce(|| (true, (f64::INFINITY, f64::NEG_INFINITY)), |a, b| (a.0 && b.0, merge(a.1, b.1)));
     // Safety: the sweep above wrote every element.
