@@ -18,6 +18,8 @@ use crate::grid::{for_each_index, strides};
 use crate::quantizer::Quantizer;
 use crate::threads;
 use rayon::prelude::*;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spline {
@@ -427,6 +429,34 @@ fn passes(shape: &[usize], order: DimOrder, spline: Spline) -> impl Iterator<Ite
     })
 }
 
+/// Walks of at most this many points keep their passes for the next walk of the same shape.
+const CACHED_WALK_POINTS: usize = 1 << 18;
+
+/// Calls `f` on every pass of the walk, in order. The unit blocks of an AMR level share one
+/// shape, and building the passes of a small block (coordinates, rows, stencils) cost about as
+/// much as coding it: each thread keeps the passes of the last small walk it made.
+fn for_each_pass(shape: &[usize], order: DimOrder, spline: Spline, mut f: impl FnMut(&Pass)) {
+    type Cached = (Vec<usize>, DimOrder, Spline, Rc<[Pass]>);
+    thread_local! {
+        static LAST: RefCell<Option<Cached>> = const { RefCell::new(None) };
+    }
+    if shape.iter().product::<usize>() > CACHED_WALK_POINTS {
+        return passes(shape, order, spline).for_each(|p| f(&p));
+    }
+    let cached = LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        match last.as_ref() {
+            Some((s, o, sp, all)) if s == shape && *o == order && *sp == spline => all.clone(),
+            _ => {
+                let all: Rc<[Pass]> = passes(shape, order, spline).collect();
+                *last = Some((shape.to_vec(), order, spline, all.clone()));
+                all
+            }
+        }
+    });
+    cached.iter().for_each(f);
+}
+
 /// One group of rows of a pass, with what visiting them needs.
 struct RowGroup<'a, T> {
     buf: &'a SharedBuf<T>,
@@ -496,7 +526,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
     let (mut exact, mut absent) = (v.exact, v.absent);
     let buf = SharedBuf::new(buf);
     let mut pos = 1;
-    for pass in passes(shape, order, spline) {
+    for_each_pass(shape, order, spline, |pass| {
         let count = pass.rows.len() * pass.row_len();
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
@@ -506,7 +536,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
             .zip(symbols[pos..pos + count].par_chunks_mut(group_points))
             .map(|(rows, syms)| {
                 let mut v = EncodeVisitor::new(&lq, syms);
-                visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape }, &mut v);
+                visit_rows_fastest(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
                 (v.exact, v.absent)
             })
             .collect();
@@ -515,7 +545,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
             absent.extend(a.into_iter().map(|i| pos + g * group_points + i));
         }
         pos += count;
-    }
+    });
     (symbols, exact, absent)
 }
 
@@ -532,7 +562,7 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
     buf[0] = v.visit(buf[0], 0.0);
     let (mut sym_pos, mut exact_pos) = (1, first);
     let buf = SharedBuf::new(buf);
-    for pass in passes(shape, order, spline) {
+    for_each_pass(shape, order, spline, |pass| {
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
         let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
@@ -551,11 +581,11 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
         }
         pass.rows.par_chunks(pass.group_rows()).zip(pass_symbols.par_chunks(group_points)).enumerate().for_each(|(g, (rows, syms))| {
             let mut v = DecodeVisitor::counted(&lq, syms, &exact[starts[g]..starts[g] + counts[g]]);
-            visit_rows_fastest(&RowGroup { buf: &buf, pass: &pass, rows, shape }, &mut v);
+            visit_rows_fastest(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
         });
         sym_pos += pass_symbols.len();
         exact_pos = acc;
-    }
+    });
     Ok(())
 }
 
