@@ -12,8 +12,7 @@ const BLOCK: usize = 1 << 16;
 
 /// Returns the data with non-finite values replaced, and the replaced (position, value) pairs.
 pub fn fill<T: Element>(data: &[T]) -> (Cow<'_, [T]>, Vec<(usize, T)>) {
-    // Blocks with a plain counting loop: a per-element `all` does not vectorise.
-    if data.par_chunks(BLOCK).all(|b| b.iter().filter(|x| x.is_finite()).count() == b.len()) {
+    if data.par_chunks(BLOCK).all(all_finite) {
         return (Cow::Borrowed(data), Vec::new());
     }
     let mut owned = data.to_vec();
@@ -30,7 +29,7 @@ pub fn fill_owned<T: Element>(data: Cow<'_, [T]>) -> (Vec<T>, Vec<(usize, T)>) {
             fill_copy(copy, finite)
         }
         Cow::Owned(owned) => {
-            let finite = owned.par_chunks(BLOCK).all(|b| b.iter().filter(|x| x.is_finite()).count() == b.len());
+            let finite = owned.par_chunks(BLOCK).all(all_finite);
             fill_copy(owned, finite)
         }
     }
@@ -40,6 +39,12 @@ pub fn fill_owned<T: Element>(data: Cow<'_, [T]>) -> (Vec<T>, Vec<(usize, T)>) {
 pub fn fill_copy<T: Element>(mut values: Vec<T>, finite: bool) -> (Vec<T>, Vec<(usize, T)>) {
     let patches = if finite { Vec::new() } else { replace(&mut values) };
     (values, patches)
+}
+
+/// Whether every value of `block` is finite. A plain counting loop: a per-element `all` does not
+/// vectorise.
+pub fn all_finite<T: Element>(block: &[T]) -> bool {
+    block.iter().filter(|x| x.is_finite()).count() == block.len()
 }
 
 /// Replaces the non-finite values by the mean of the finite ones; returns what it replaced.

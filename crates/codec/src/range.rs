@@ -1,6 +1,7 @@
 //! The range of an array's values, which value-range relative bounds scale.
 
 use crate::element::Element;
+use crate::nonfinite;
 use rayon::prelude::*;
 
 /// Elements per parallel block.
@@ -96,7 +97,7 @@ pub fn copy_scanned<T: Element>(data: &[T]) -> (Vec<T>, bool, (f64, f64)) {
             for (o, &x) in out.iter_mut().zip(block) {
                 o.write(x);
             }
-            (block.iter().filter(|x| x.is_finite()).count() == block.len(), block_range(block, |_| true))
+            (nonfinite::all_finite(block), block_range(block, |_| true))
         })
         .reduce(|| (true, (f64::INFINITY, f64::NEG_INFINITY)), |a, b| (a.0 && b.0, merge(a.1, b.1)));
     // Safety: the sweep above wrote every element.
