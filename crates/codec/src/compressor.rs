@@ -24,6 +24,7 @@ use crate::threads;
 use crate::{Config, ErrorBound, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 /// Symbols per Huffman segment: the unit of parallel entropy coding inside a chunk.
@@ -280,13 +281,17 @@ pub(crate) fn read_parts<'a, T: Element>(r: &mut ByteReader<'a>, n: usize) -> Re
     Ok(Parts { patches, side, exact })
 }
 
-/// Decodes consecutive segments into `out`: in lockstep when there are `LOCKSTEP` of them.
-fn decode_segments(codebook: &Codebook, bits: &[&[u8]], out: &mut [u16]) -> Result<()> {
-    let outs: Vec<&mut [u16]> = out.chunks_mut(SEGMENT_SYMBOLS).collect();
-    match (<[&[u8]; LOCKSTEP]>::try_from(bits), <[&mut [u16]; LOCKSTEP]>::try_from(outs)) {
+/// Decodes consecutive segments into `out`, one per `SEGMENT_SYMBOLS` symbols, in lockstep
+/// when there are `LOCKSTEP` of them; on success every symbol of `out` was written.
+fn decode_segments(codebook: &Codebook, bits: &[&[u8]], out: &mut [MaybeUninit<u16>]) -> Result<()> {
+    let outs: Vec<&mut [MaybeUninit<u16>]> = out.chunks_mut(SEGMENT_SYMBOLS).collect();
+    if outs.len() != bits.len() {
+        return Err(corrupt!("{} Huffman segments for {} symbols", bits.len(), out.len()));
+    }
+    match (<[&[u8]; LOCKSTEP]>::try_from(bits), <[&mut [MaybeUninit<u16>]; LOCKSTEP]>::try_from(outs)) {
         (Ok(bits), Ok(outs)) => codebook.decode_lockstep(bits, outs),
         (_, outs) => {
-            let outs: Vec<&mut [u16]> = outs.map_or_else(|v| v, Vec::from);
+            let outs: Vec<&mut [MaybeUninit<u16>]> = outs.map_or_else(|v| v, Vec::from);
             outs.into_iter().zip(bits).try_for_each(|(out, bits)| codebook.decode(bits, out))
         }
     }
@@ -311,15 +316,23 @@ pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after the last Huffman segment", r.remaining()));
     }
-    let mut symbols = threads::filled(0u16, n);
     // Segments decode `LOCKSTEP` at a time (see `Codebook::decode_lockstep`) while that still
-    // leaves every thread a task.
+    // leaves every thread a task, each straight into its part of the symbols.
     let per_task = if segments.len() >= LOCKSTEP * rayon::current_num_threads() { LOCKSTEP } else { 1 };
-    let blocks: Vec<Vec<usize>> = symbols
+    let mut symbols = Vec::with_capacity(n);
+    let blocks: Vec<Vec<usize>> = symbols.spare_capacity_mut()[..n]
         .par_chunks_mut(per_task * SEGMENT_SYMBOLS)
         .zip(segments.par_chunks(per_task))
-        .map(|(out, bits)| decode_segments(codebook, bits, out).map(|_| ZeroCounts::blocks_of(out)))
+        .map(|(out, bits)| {
+            decode_segments(codebook, bits, out)?;
+            // Safety: `decode_segments` succeeded, so it wrote every symbol of `out`.
+            let out: &[u16] = unsafe { std::slice::from_raw_parts(out.as_ptr().cast(), out.len()) };
+            Ok(ZeroCounts::blocks_of(out))
+        })
         .collect::<Result<_>>()?;
+    // Safety: each part of the n symbols was decoded in full (both sides split n into the same
+    // parts: one segment per SEGMENT_SYMBOLS symbols), or an error returned above.
+    unsafe { symbols.set_len(n) };
     Ok((symbols, ZeroCounts::from_blocks(blocks.concat())))
 }
 

@@ -4,6 +4,7 @@
 use crate::error::{CodecError, Result};
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use std::collections::HashMap;
+use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex, OnceLock};
 
 static POOLS: OnceLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> = OnceLock::new();
@@ -38,8 +39,16 @@ pub fn run_with<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R
 pub fn filled<T: Copy + Send + Sync>(value: T, n: usize) -> Vec<T> {
     use rayon::prelude::*;
     let mut v = Vec::with_capacity(n);
-    v.spare_capacity_mut()[..n].par_chunks_mut(1 << 16).for_each(|c| c.fill(std::mem::MaybeUninit::new(value)));
+    v.spare_capacity_mut()[..n].par_chunks_mut(1 << 16).for_each(|c| c.fill(MaybeUninit::new(value)));
     // Safety: the loop above initialized all n elements.
     unsafe { v.set_len(n) };
     v
+}
+
+/// Fills `part` with `value` and returns it as initialized: for buffers allocated without
+/// initializing, where each task clears the part it is about to write while it is in cache.
+pub fn init<T: Copy>(part: &mut [MaybeUninit<T>], value: T) -> &mut [T] {
+    part.fill(MaybeUninit::new(value));
+    // Safety: every element was just written.
+    unsafe { std::slice::from_raw_parts_mut(part.as_mut_ptr().cast(), part.len()) }
 }

@@ -38,6 +38,7 @@
 
 use crate::error::{corrupt, CodecError, Result};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 /// Longest code. 24 bits keep an encoder table entry (code + length) in a `u32`, let the
@@ -373,15 +374,18 @@ impl Codebook {
         Ok(())
     }
 
-    /// Decodes exactly `out.len()` symbols from `bits`.
-    pub fn decode(&self, bits: &[u8], out: &mut [u16]) -> Result<()> {
+    /// Decodes exactly `out.len()` symbols from `bits` (see `decode_lockstep`).
+    pub fn decode(&self, bits: &[u8], out: &mut [MaybeUninit<u16>]) -> Result<()> {
         self.decode_lockstep([bits], [out])
     }
 
     /// `decode` of `K` independent bitstreams at once. Each symbol's table lookup waits for
     /// the previous symbol's length, so one stream leaves the core idle most of the time;
     /// steps of several streams interleaved overlap those waits.
-    pub fn decode_lockstep<const K: usize>(&self, bits: [&[u8]; K], outs: [&mut [u16]; K]) -> Result<()> {
+    ///
+    /// The outputs may start uninitialized: on success every symbol of each has been written
+    /// (a whole field's symbols, cleared first, cost a pass over memory of their own).
+    pub fn decode_lockstep<const K: usize>(&self, bits: [&[u8]; K], outs: [&mut [MaybeUninit<u16>]; K]) -> Result<()> {
         let table = self.decode_table();
         let mut readers = bits.map(BitReader::new);
         let mut next = [0usize; K];
@@ -406,20 +410,20 @@ impl Codebook {
     /// Decodes the symbols of one table entry into `out[*next..]`, which must have room for
     /// `SYMS_PER_ENTRY` of them; the reader must hold at least `table.bits` bits.
     #[inline(always)]
-    fn step(&self, table: &DecodeTable, r: &mut BitReader, out: &mut [u16], next: &mut usize) -> Result<()> {
+    fn step(&self, table: &DecodeTable, r: &mut BitReader, out: &mut [MaybeUninit<u16>], next: &mut usize) -> Result<()> {
         let i = *next;
         let e = table.entries[r.buf as usize & (table.entries.len() - 1)];
         let k = (e >> 60) as usize;
         if k != 0 {
             // All three slots are written; those past `k` are overwritten later.
             let dst = &mut out[i..i + SYMS_PER_ENTRY];
-            dst[0] = e as u16;
-            dst[1] = (e >> 16) as u16;
-            dst[2] = (e >> 32) as u16;
+            dst[0].write(e as u16);
+            dst[1].write((e >> 16) as u16);
+            dst[2].write((e >> 32) as u16);
             *next = i + k;
             r.consume((e >> 48) as u32 & 0xFF);
         } else {
-            out[i] = self.decode_long(r, table.bits, e as u32)?;
+            out[i].write(self.decode_long(r, table.bits, e as u32)?);
             *next = i + 1;
         }
         Ok(())
@@ -427,15 +431,15 @@ impl Codebook {
 
     /// Decodes the symbols of `out` from `next` on, one at a time, then checks that the stream
     /// `bits` ends exactly there.
-    fn finish(&self, table: &DecodeTable, r: &mut BitReader, bits: &[u8], out: &mut [u16], next: usize) -> Result<()> {
+    fn finish(&self, table: &DecodeTable, r: &mut BitReader, bits: &[u8], out: &mut [MaybeUninit<u16>], next: usize) -> Result<()> {
         for slot in &mut out[next..] {
             r.refill()?;
             let e = table.entries[r.buf as usize & (table.entries.len() - 1)];
             if e >> 60 != 0 {
-                *slot = e as u16;
+                slot.write(e as u16);
                 r.consume((e >> 56) as u32 & 0xF);
             } else {
-                *slot = self.decode_long(r, table.bits, e as u32)?;
+                slot.write(self.decode_long(r, table.bits, e as u32)?);
             }
         }
         let used = r.consumed();
@@ -717,6 +721,15 @@ mod tests {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
 
+    fn as_uninit(out: &mut [u16]) -> &mut [MaybeUninit<u16>] {
+        // Safety: same layout, and the decoder writes only `u16`s.
+        unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), out.len()) }
+    }
+
+    fn decode(cb: &Codebook, bits: &[u8], out: &mut [u16]) -> Result<()> {
+        cb.decode(bits, as_uninit(out))
+    }
+
     /// (symbol, code length) of every used symbol.
     fn lengths(cb: &Codebook) -> Vec<(usize, u32)> {
         cb.enc.iter().enumerate().filter(|&(_, &e)| e != 0).map(|(i, &e)| (cb.enc_first + i, e >> MAX_CODE_LEN)).collect()
@@ -756,7 +769,7 @@ mod tests {
         assert_eq!(lengths(&read), lengths(&cb));
 
         let mut out = vec![0u16; symbols.len()];
-        read.decode(&bits, &mut out).unwrap();
+        decode(&read, &bits, &mut out).unwrap();
         assert_eq!(out, symbols);
         cb
     }
@@ -787,8 +800,8 @@ mod tests {
         assert_eq!(ser, [0]);
         let (read, used) = Codebook::read(&ser, 10).unwrap();
         assert_eq!((read.used_symbols(), used), (0, 1));
-        read.decode(&[], &mut []).unwrap();
-        assert!(read.decode(&[0xFF; 16], &mut [0; 1]).is_err());
+        decode(&read, &[], &mut []).unwrap();
+        assert!(decode(&read, &[0xFF; 16], &mut [0; 1]).is_err());
         assert_eq!(entropy_bits(&[0; 10]), 0.0);
     }
 
@@ -798,7 +811,7 @@ mod tests {
         let cb = round_trip(&symbols, 8);
         assert_eq!(lengths(&cb), [(7, 1)]);
         let mut out = [0u16; 4];
-        assert!(cb.decode(&[0b0000_0100], &mut out).is_err(), "bit 1 is not a code");
+        assert!(decode(&cb, &[0b0000_0100], &mut out).is_err(), "bit 1 is not a code");
         let mut ser = Vec::new();
         cb.write(&mut ser);
         assert!(Codebook::read(&ser, 7).is_err(), "symbol 7 outside an alphabet of 7");
@@ -808,7 +821,7 @@ mod tests {
         let mut bits = Vec::new();
         cb.encode(symbols, &mut bits).unwrap();
         let mut out = vec![0; symbols.len()];
-        cb.decode(&bits, &mut out).unwrap();
+        decode(&cb, &bits, &mut out).unwrap();
         assert_eq!(out, symbols);
     }
 
@@ -918,7 +931,7 @@ mod tests {
     fn huge_count_tiny_stream_fails_fast() {
         let cb = Codebook::from_histogram(&[1, 1, 1, 1, 1, 1, 1, 1000]);
         let mut out = vec![0u16; 50_000_000];
-        assert!(cb.decode(&[0xFF], &mut out).is_err());
+        assert!(decode(&cb, &[0xFF], &mut out).is_err());
     }
 
     #[test]
@@ -977,7 +990,7 @@ mod tests {
                 prop_assert!(used <= bytes.len());
                 prop_assert!(lengths(&cb).iter().all(|&(s, _)| s < alphabet));
                 let mut out = vec![0u16; 100];
-                let _ = cb.decode(&bytes, &mut out);
+                let _ = decode(&cb, &bytes, &mut out);
             }
         }
 
@@ -995,7 +1008,7 @@ mod tests {
             }
             if let Ok((cb, _)) = Codebook::read(&ser, alphabet) {
                 let mut out = vec![0u16; 64];
-                let _ = cb.decode(&ser, &mut out);
+                let _ = decode(&cb, &ser, &mut out);
             }
         }
 
@@ -1013,7 +1026,7 @@ mod tests {
             if cut > 0 && !bits.is_empty() {
                 // Every byte holds at least one bit of a code: dropping any must be noticed.
                 let keep = bits.len().saturating_sub(cut);
-                prop_assert!(cb.decode(&bits[..keep], &mut out).is_err());
+                prop_assert!(decode(&cb, &bits[..keep], &mut out).is_err());
             }
             for (at, x) in flips {
                 if !bits.is_empty() {
@@ -1021,9 +1034,9 @@ mod tests {
                     bits[at % n] ^= x;
                 }
             }
-            let _ = cb.decode(&bits, &mut out);
+            let _ = decode(&cb, &bits, &mut out);
             let mut longer = vec![0u16; symbols.len() + extra];
-            let _ = cb.decode(&bits, &mut longer);
+            let _ = decode(&cb, &bits, &mut longer);
         }
 
         #[test]
@@ -1048,10 +1061,10 @@ mod tests {
                 }
             }
             let mut one: Vec<Vec<u16>> = parts.iter().map(|p| vec![0u16; p.len()]).collect();
-            let alone: Vec<bool> = streams.iter().zip(&mut one).map(|(b, o)| cb.decode(b, o).is_ok()).collect();
+            let alone: Vec<bool> = streams.iter().zip(&mut one).map(|(b, o)| decode(&cb, b, o).is_ok()).collect();
             let mut together: Vec<Vec<u16>> = parts.iter().map(|p| vec![0u16; p.len()]).collect();
             let [a, b, c, d] = &mut together[..] else { unreachable!() };
-            let result = cb.decode_lockstep([&streams[0][..], &streams[1], &streams[2], &streams[3]], [a, b, c, d]);
+            let result = cb.decode_lockstep([&streams[0][..], &streams[1], &streams[2], &streams[3]], [a, b, c, d].map(|o| as_uninit(o)));
             prop_assert_eq!(result.is_ok(), alone.iter().all(|&ok| ok));
             if result.is_ok() {
                 prop_assert_eq!(&together, &one);
@@ -1070,7 +1083,7 @@ mod tests {
         ) {
             let cb = Codebook::from_histogram(&freq);
             let mut out = vec![0u16; n];
-            if cb.decode(&bits, &mut out).is_ok() {
+            if decode(&cb, &bits, &mut out).is_ok() {
                 prop_assert!(out.iter().all(|&s| freq[s as usize] > 0));
             }
         }

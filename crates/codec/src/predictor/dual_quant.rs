@@ -7,7 +7,7 @@
 //! symbol order), then the positions of values kept exactly because `p * 2eb` missed the bound
 //! (count, then varint gaps; the values are the chunk's exact values).
 
-use super::Coded;
+use super::{count_zeros, Coded};
 use crate::bytes::{put_signed_varint, put_varint, ByteReader};
 use crate::element::Element;
 use crate::error::{corrupt, Result};
@@ -97,7 +97,7 @@ fn write_outliers(side: &mut Vec<u8>, outliers: &[i64]) {
 
 fn read_outliers(r: &mut ByteReader, symbols: &[u16]) -> Result<Vec<i64>> {
     let count = r.bounded_varint(symbols.len() as u64, "dual-quant outlier count")?;
-    let zero_symbols = symbols.par_iter().filter(|&&s| s == 0).count() as u64;
+    let zero_symbols = symbols.par_chunks(1 << 16).map(count_zeros).sum::<usize>() as u64;
     if count != zero_symbols {
         return Err(corrupt!("{zero_symbols} outlier symbols but {count} outliers stored"));
     }

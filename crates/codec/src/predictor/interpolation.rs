@@ -19,6 +19,7 @@ use crate::quantizer::Quantizer;
 use crate::threads;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::rc::Rc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +171,11 @@ const RUN: usize = 256;
 /// Safety rests on the pass structure: a pass writes only its own points, each from exactly one
 /// line, and reads only points finished by earlier passes, so no element is written by two
 /// threads or read while another thread writes it. Accesses are bounds-checked.
+///
+/// A decoder's buffer starts uninitialized (zeroing a whole field first was a tenth of the
+/// decoding time): points are read only once their pass wrote them, and a visitor that does
+/// not read values gets placeholders for the points it is about to write (`current`,
+/// `visited_run`).
 struct SharedBuf<T> {
     ptr: *mut T,
     len: usize,
@@ -177,9 +183,33 @@ struct SharedBuf<T> {
 
 unsafe impl<T: Send> Sync for SharedBuf<T> {}
 
-impl<T: Copy> SharedBuf<T> {
+impl<T: Element> SharedBuf<T> {
     fn new(buf: &mut [T]) -> Self {
         SharedBuf { ptr: buf.as_mut_ptr(), len: buf.len() }
+    }
+    fn uninit(buf: &mut [MaybeUninit<T>]) -> Self {
+        SharedBuf { ptr: buf.as_mut_ptr().cast(), len: buf.len() }
+    }
+    /// The value of point `i` for visitor `V`, about to code it. Safety: as `get_unchecked`
+    /// when `V` reads values.
+    #[inline(always)]
+    unsafe fn current<V: Visit<T>>(&self, i: usize) -> T {
+        if V::READS_VALUES {
+            self.get_unchecked(i)
+        } else {
+            T::default()
+        }
+    }
+    /// `run_mut` for visitor `V`: cleared first when `V` does not read values, so the slice
+    /// never shows memory that was not written. Safety: as `run_mut`.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn visited_run<V: Visit<T>>(&self, start: usize, m: usize) -> &mut [T] {
+        if !V::READS_VALUES {
+            debug_assert!(start + m <= self.len);
+            std::ptr::write_bytes(self.ptr.add(start), 0, m);
+        }
+        self.run_mut(start, m)
     }
     /// Panics unless every index from `first + low` to `last + high` is within the buffer: one
     /// check per line or row, so the points inside need none.
@@ -227,7 +257,7 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
         let i = base + x;
         // Safety: the stencils of a line reach only indices of that line (Stencil::new keeps
         // x + offset within 0..n), checked in bounds above.
-        unsafe { buf.set_unchecked(i, v.visit(buf.get_unchecked(i), st.predict(buf, i))) };
+        unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict(buf, i))) };
     };
     if s == 0 {
         for (&x, st) in xs.iter().zip(stencils) {
@@ -269,7 +299,7 @@ unsafe fn strided_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize,
     let (mut vals, mut preds) = ([T::default(); RUN], [0.0f64; RUN]);
     for k in 0..m.min(RUN) {
         let i = first + k * step;
-        (vals[k], preds[k]) = (buf.get_unchecked(i), st.predict(buf, i));
+        (vals[k], preds[k]) = (buf.current::<V>(i), st.predict(buf, i));
     }
     v.visit_run(&mut vals[..m], |k| preds[k]);
     for (k, &x) in vals[..m].iter().enumerate() {
@@ -293,7 +323,7 @@ fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], s
             // Safety: within the span checked above; the run is this row's own points.
             unsafe {
                 let terms = st.terms(buf, start, m);
-                v.visit_run(buf.run_mut(start, m), |k| st.predict_term(&terms, k));
+                v.visit_run(buf.visited_run::<V>(start, m), |k| st.predict_term(&terms, k));
             }
             start += m;
         }
@@ -303,7 +333,7 @@ fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], s
         let i = base + c;
         // Safety: cs increases, so every read lies between base + first + low and
         // base + last + high, checked above.
-        unsafe { buf.set_unchecked(i, v.visit(buf.get_unchecked(i), st.predict(buf, i))) };
+        unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict(buf, i))) };
     }
 }
 
@@ -520,8 +550,12 @@ struct Walk<'a> {
 /// group order, so the stream does not depend on the number of threads.
 fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec<usize>) {
     let Walk { shape, spline, order, q, bounds } = *walk;
-    let mut symbols = threads::filled(0u16, buf.len());
-    let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &mut symbols[..1]);
+    let n = buf.len();
+    // Each task clears its part of the symbols just before writing it, in cache, rather than
+    // all of them in a pass of its own.
+    let mut symbols = Vec::with_capacity(n);
+    let spare = &mut symbols.spare_capacity_mut()[..n];
+    let mut v = EncodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), threads::init(&mut spare[..1], 0));
     buf[0] = v.visit(buf[0], 0.0);
     let (mut exact, mut absent) = (v.exact, v.absent);
     let buf = SharedBuf::new(buf);
@@ -533,9 +567,9 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
         let groups: Vec<(Vec<T>, Vec<usize>)> = pass
             .rows
             .par_chunks(pass.group_rows())
-            .zip(symbols[pos..pos + count].par_chunks_mut(group_points))
+            .zip(spare[pos..pos + count].par_chunks_mut(group_points))
             .map(|(rows, syms)| {
-                let mut v = EncodeVisitor::new(&lq, syms);
+                let mut v = EncodeVisitor::new(&lq, threads::init(syms, 0));
                 visit_rows_fastest(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
                 (v.exact, v.absent)
             })
@@ -546,12 +580,17 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
         }
         pos += count;
     });
+    // The passes visit every point but the first exactly once (see the tests), so this holds;
+    // checked because the length below relies on it.
+    assert_eq!(pos, n, "interpolation passes cover the chunk");
+    // Safety: symbols 0..pos were initialized, the first one and each pass's range by `init`.
+    unsafe { symbols.set_len(n) };
     (symbols, exact, absent)
 }
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
 /// the unpredictable symbols before it.
-fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &ZeroCounts, exact: &[T]) -> Result<()> {
+fn decode_walk<T: Element>(buf: &mut [MaybeUninit<T>], walk: &Walk, symbols: &[u16], zeros: &ZeroCounts, exact: &[T]) -> Result<()> {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let n = buf.len();
     if symbols.len() != n || zeros.total() != exact.len() {
@@ -559,9 +598,9 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
     }
     let first = (symbols[0] == 0) as usize;
     let mut v = DecodeVisitor::new(&bounds.quantizer(q, levels(shape) + 1), &symbols[..1], &exact[..first])?;
-    buf[0] = v.visit(buf[0], 0.0);
+    buf[0].write(v.visit(T::default(), 0.0));
     let (mut sym_pos, mut exact_pos) = (1, first);
-    let buf = SharedBuf::new(buf);
+    let buf = SharedBuf::uninit(buf);
     for_each_pass(shape, order, spline, |pass| {
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
@@ -586,6 +625,7 @@ fn decode_walk<T: Element>(buf: &mut [T], walk: &Walk, symbols: &[u16], zeros: &
         sym_pos += pass_symbols.len();
         exact_pos = acc;
     });
+    assert_eq!(sym_pos, n, "interpolation passes cover the chunk");
     Ok(())
 }
 
@@ -626,8 +666,11 @@ pub fn settings(side: &[u8]) -> Result<(Spline, DimOrder, LevelBounds)> {
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], zeros: &ZeroCounts, exact: &[T], side: &[u8]) -> Result<Vec<T>> {
     let (spline, order, bounds) = settings(side)?;
-    let mut work = threads::filled(T::default(), shape.iter().product());
-    decode_walk(&mut work, &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
+    let n = shape.iter().product();
+    let mut work = Vec::with_capacity(n);
+    decode_walk(&mut work.spare_capacity_mut()[..n], &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
+    // Safety: the walk wrote every point (it checks that its passes covered them all).
+    unsafe { work.set_len(n) };
     Ok(work)
 }
 
