@@ -821,7 +821,7 @@ mod tests {
         let mut bits = Vec::new();
         cb.encode(symbols, &mut bits).unwrap();
         let mut out = vec![0; symbols.len()];
-        decode(&cb, &bits, &mut out).unwrap();
+        decode(cb, &bits, &mut out).unwrap();
         assert_eq!(out, symbols);
     }
 

@@ -292,19 +292,24 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
     }
 }
 
-/// Codes the `m` points `first + k * step` of a line with stencil `st`: gathered into a run,
-/// coded together, scattered back. Safety: as for `Stencil::predict`, for every point.
+/// Codes the `m` points `first + k * step` of a line with stencil `st` (an interior one: odd
+/// multiples of `step / 2` within three of them). The known points between them are copied
+/// out once, so each term of the predictions is a contiguous run and the predictions
+/// vectorize. Safety: as for `Stencil::predict`, for every point.
 #[inline(always)]
 unsafe fn strided_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
-    let (mut vals, mut preds) = ([T::default(); RUN], [0.0f64; RUN]);
-    for k in 0..m.min(RUN) {
-        let i = first + k * step;
-        (vals[k], preds[k]) = (buf.current::<V>(i), st.predict(buf, i));
+    let m = m.min(RUN);
+    let half = (step / 2) as isize;
+    // known[j] is the point at first + (2j - 3) * step / 2; the stencil reads some of j..j + 4.
+    let slot = |o: isize| ((o / half + 3) / 2) as usize;
+    let (low, high) = st.reach();
+    let mut known = [MaybeUninit::<T>::uninit(); RUN + 3];
+    for (j, x) in known.iter_mut().enumerate().take(m + slot(high)).skip(slot(low)) {
+        x.write(buf.get_unchecked((first + j * step).wrapping_add_signed(-3 * half)));
     }
-    v.visit_run(&mut vals[..m], |k| preds[k]);
-    for (k, &x) in vals[..m].iter().enumerate() {
-        buf.set_unchecked(first + k * step, x);
-    }
+    // Safety: each term's m elements lie in the range written above.
+    let terms = st.offsets.map(|o| std::slice::from_raw_parts(known.as_ptr().add(slot(o)).cast::<T>(), m));
+    code_gathered(buf, first, step, m, st, &terms, v);
 }
 
 /// Visits one row of a pass along another dimension: every point of the row shares the
@@ -329,11 +334,58 @@ fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], s
         }
         return;
     }
-    for &c in cs {
-        let i = base + c;
+    // A row of a coarser level: its points lie at a fixed stride, but for the last index of
+    // the dimension, which may be nearer. The strided points and each term of their
+    // predictions are gathered into runs, so the arithmetic vectorizes.
+    let d = cs[1] - cs[0];
+    let strided = if last - first == (cs.len() - 1) * d { cs.len() } else { cs.len() - 1 };
+    debug_assert!(cs[..strided].iter().enumerate().all(|(j, &c)| c == first + j * d));
+    let mut done = 0;
+    while done < strided {
+        let m = (strided - done).min(RUN);
         // Safety: cs increases, so every read lies between base + first + low and
         // base + last + high, checked above.
+        unsafe { gathered_run(buf, base + first + done * d, d, m, st, v) };
+        done += m;
+    }
+    for &c in &cs[strided..] {
+        let i = base + c;
+        // Safety: as above.
         unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict(buf, i))) };
+    }
+}
+
+/// Codes the `m` points `first + k * step` with stencil `st`, each of its terms gathered into
+/// a run first. Safety: as for `Stencil::predict`, for every point.
+#[inline(always)]
+unsafe fn gathered_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
+    let m = m.min(RUN);
+    let mut gathered = [[MaybeUninit::<T>::uninit(); RUN]; 4];
+    for (term, &o) in gathered.iter_mut().zip(&st.offsets) {
+        for (k, x) in term[..m].iter_mut().enumerate() {
+            x.write(buf.get_unchecked((first + k * step).wrapping_add_signed(o)));
+        }
+    }
+    // Safety: the first m elements of each term were written above.
+    let terms = [0, 1, 2, 3].map(|t| std::slice::from_raw_parts(gathered[t].as_ptr().cast::<T>(), m));
+    code_gathered(buf, first, step, m, st, &terms, v);
+}
+
+/// Codes the `m` points `first + k * step`, given the terms of their predictions: gathered
+/// into a run (read only if the visitor reads values), coded together, scattered back.
+/// Uninitialized stack buffers: clearing them cost more than coding the short rows of small
+/// blocks. Safety: the points are in bounds and this line or row's own.
+#[inline(always)]
+unsafe fn code_gathered<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, terms: &[&[T]; 4], v: &mut V) {
+    let mut run = [MaybeUninit::<T>::uninit(); RUN];
+    for (k, x) in run[..m].iter_mut().enumerate() {
+        x.write(buf.current::<V>(first + k * step));
+    }
+    // Safety: the first m elements were written above.
+    let vals = std::slice::from_raw_parts_mut(run.as_mut_ptr().cast::<T>(), m);
+    v.visit_run(vals, |k| st.predict_term(terms, k));
+    for (k, &x) in vals.iter().enumerate() {
+        buf.set_unchecked(first + k * step, x);
     }
 }
 
