@@ -402,6 +402,14 @@ impl Codebook {
             }
         }
         for j in 0..K {
+            // Streams advance at their own rates (a lookup yields one to three symbols), so
+            // the others may be far from their ends: they go on alone, a round at a time.
+            while next[j] + round <= outs[j].len() {
+                readers[j].refill()?;
+                for _ in 0..LOOKUPS_PER_REFILL {
+                    self.step(table, &mut readers[j], outs[j], &mut next[j])?;
+                }
+            }
             self.finish(table, &mut readers[j], bits[j], outs[j], next[j])?;
         }
         Ok(())
