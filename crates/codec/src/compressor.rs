@@ -8,6 +8,7 @@
 //! which encode and decode in parallel.
 
 use crate::bytes::{put_varint, ByteReader};
+use crate::cpu;
 use crate::element::Element;
 use crate::entropy::frames;
 use crate::entropy::huffman::{self, Codebook};
@@ -281,9 +282,14 @@ pub(crate) fn read_parts<'a, T: Element>(r: &mut ByteReader<'a>, n: usize) -> Re
     Ok(Parts { patches, side, exact })
 }
 
-/// Decodes consecutive segments into `out`, one per `SEGMENT_SYMBOLS` symbols, in lockstep
-/// when there are `LOCKSTEP` of them; on success every symbol of `out` was written.
-fn decode_segments(codebook: &Codebook, bits: &[&[u8]], out: &mut [MaybeUninit<u16>]) -> Result<()> {
+cpu::fast_fn!(
+    /// Decodes consecutive segments into `out`, one per `SEGMENT_SYMBOLS` symbols, in lockstep
+    /// when there are `LOCKSTEP` of them; on success every symbol of `out` was written.
+    fn decode_segments(codebook: &Codebook, bits: &[&[u8]], out: &mut [MaybeUninit<u16>]) -> Result<()> => decode_segments_in
+);
+
+#[inline(always)]
+fn decode_segments_in(codebook: &Codebook, bits: &[&[u8]], out: &mut [MaybeUninit<u16>]) -> Result<()> {
     let outs: Vec<&mut [MaybeUninit<u16>]> = out.chunks_mut(SEGMENT_SYMBOLS).collect();
     if outs.len() != bits.len() {
         return Err(corrupt!("{} Huffman segments for {} symbols", bits.len(), out.len()));

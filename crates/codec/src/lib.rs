@@ -19,6 +19,7 @@ pub mod error;
 
 mod bytes;
 mod compressor;
+mod cpu;
 mod entropy;
 mod grid;
 mod nonfinite;

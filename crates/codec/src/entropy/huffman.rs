@@ -36,6 +36,7 @@
 //! A reader rejects symbol ids >= the alphabet size, lengths above [`MAX_CODE_LEN`], nonzero
 //! padding, and any code that is not complete (a lone symbol must have length 1).
 
+use crate::cpu;
 use crate::error::{corrupt, CodecError, Result};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -114,11 +115,17 @@ fn add_range(h: &mut [u64], lo: usize, counts: &[u64]) {
 
 const COUNT_BLOCK: usize = 1 << 20;
 
-/// Counts of one block over its own symbol range: the first symbol and the counts from it.
-/// Four interleaved tables: runs of one symbol, the rule on smooth data, would otherwise wait
-/// on each increment's store before the next load; and a table over the block's range only
-/// costs far fewer page faults than one over the whole alphabet.
-fn count_block(symbols: &[u16]) -> (usize, Vec<u64>) {
+cpu::fast_fn!(
+    /// Counts of one block over its own symbol range: the first symbol and the counts from it.
+    /// Four interleaved tables: runs of one symbol, the rule on smooth data, would otherwise
+    /// wait on each increment's store before the next load; and a table over the block's range
+    /// only costs far fewer page faults than one over the whole alphabet.
+    fn count_block(symbols: &[u16]) -> (usize, Vec<u64>) => count_block_in
+);
+cpu::fast_fn!(fn encode_bits(codebook: &Codebook, symbols: &[u16], out: &mut Vec<u8>) -> Result<()> => Codebook::encode_in);
+
+#[inline(always)]
+fn count_block_in(symbols: &[u16]) -> (usize, Vec<u64>) {
     let (lo, hi) = symbols.iter().fold((u16::MAX, 0u16), |(lo, hi), &s| (lo.min(s), hi.max(s)));
     if lo > hi {
         return (0, Vec::new());
@@ -347,6 +354,11 @@ impl Codebook {
     /// Appends the bitstream of `symbols` to `out`. Fails with `InvalidInput`, leaving `out`
     /// as it was, if a symbol has no code.
     pub fn encode(&self, symbols: &[u16], out: &mut Vec<u8>) -> Result<()> {
+        encode_bits(self, symbols, out)
+    }
+
+    #[inline(always)]
+    fn encode_in(&self, symbols: &[u16], out: &mut Vec<u8>) -> Result<()> {
         let start = out.len();
         let (mut acc, mut nbits) = (0u64, 0u32);
         // Accumulated instead of branched on: the check costs nothing in the hot loop, and a
@@ -375,6 +387,7 @@ impl Codebook {
     }
 
     /// Decodes exactly `out.len()` symbols from `bits` (see `decode_lockstep`).
+    #[inline(always)]
     pub fn decode(&self, bits: &[u8], out: &mut [MaybeUninit<u16>]) -> Result<()> {
         self.decode_lockstep([bits], [out])
     }
@@ -385,6 +398,7 @@ impl Codebook {
     ///
     /// The outputs may start uninitialized: on success every symbol of each has been written
     /// (a whole field's symbols, cleared first, cost a pass over memory of their own).
+    #[inline(always)]
     pub fn decode_lockstep<const K: usize>(&self, bits: [&[u8]; K], outs: [&mut [MaybeUninit<u16>]; K]) -> Result<()> {
         let table = self.decode_table();
         let mut readers = bits.map(BitReader::new);
@@ -439,6 +453,7 @@ impl Codebook {
 
     /// Decodes the symbols of `out` from `next` on, one at a time, then checks that the stream
     /// `bits` ends exactly there.
+    #[inline(always)]
     fn finish(&self, table: &DecodeTable, r: &mut BitReader, bits: &[u8], out: &mut [MaybeUninit<u16>], next: usize) -> Result<()> {
         for slot in &mut out[next..] {
             r.refill()?;

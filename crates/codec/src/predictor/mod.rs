@@ -292,7 +292,13 @@ impl<T: Element> Visit<T> for DecodeVisitor<'_, T> {
 /// Symbols per block of `ZeroCounts`; Huffman segments hold whole blocks.
 pub const ZERO_BLOCK: usize = 4096;
 
-pub(crate) fn count_zeros(symbols: &[u16]) -> usize {
+crate::cpu::fast_fn!(
+    /// How many symbols are 0 (unpredictable).
+    pub(crate) fn count_zeros(symbols: &[u16]) -> usize => count_zeros_in
+);
+
+#[inline(always)]
+fn count_zeros_in(symbols: &[u16]) -> usize {
     // Counted in 32-bit lanes, block by block: a `usize` count widens every comparison to
     // 64 bits and takes four times the vector steps.
     symbols.chunks(1 << 16).map(|c| c.iter().map(|&s| (s == 0) as u32).sum::<u32>() as usize).sum()
