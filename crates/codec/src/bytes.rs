@@ -1,8 +1,32 @@
 //! Little-endian byte writing and bounds-checked reading shared by the stream header and the
-//! predictors' side information. Every read is checked: a short buffer is a `Corrupt` error.
+//! predictors' side information, and the checksum that covers them. Every read is checked: a
+//! short buffer is a `Corrupt` error.
 
 use crate::element::Element;
 use crate::error::{corrupt, Result};
+use rayon::prelude::*;
+
+/// CRC-32 of `bytes`: blocks hashed in parallel, their states combined in order. One thread
+/// hashing a whole stream was a tenth of a two-thread decode of a dense field.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    const BLOCK: usize = 1 << 20;
+    if bytes.len() <= BLOCK {
+        return crc32fast::hash(bytes);
+    }
+    let hash = |block: &[u8]| {
+        let mut h = crc32fast::Hasher::new();
+        h.update(block);
+        h
+    };
+    bytes
+        .par_chunks(BLOCK)
+        .map(hash)
+        .reduce_with(|mut a, b| {
+            a.combine(&b);
+            a
+        })
+        .map_or_else(|| crc32fast::hash(&[]), |h| h.finalize())
+}
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -92,5 +116,18 @@ impl<'a> ByteReader<'a> {
             return Err(corrupt!("{what}: {v} exceeds the limit {max}"));
         }
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_in_blocks_is_the_crc32_of_the_whole() {
+        let data: Vec<u8> = (0..(3 << 20) + 77).map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        for n in [0, 1, 1 << 20, (1 << 20) + 1, 2 << 20, data.len()] {
+            assert_eq!(crc32(&data[..n]), crc32fast::hash(&data[..n]), "{n} bytes");
+        }
     }
 }
