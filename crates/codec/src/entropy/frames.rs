@@ -128,7 +128,8 @@ pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Cow<'_, [u8]>> {
     let mut out = Vec::with_capacity(raw_len as usize);
     out.spare_capacity_mut()[..raw_len as usize].par_chunks_mut(FRAME_BYTES).zip(&parts).for_each(|(slot, part)| {
         assert_eq!(slot.len(), part.len(), "a frame fills its share of the chunk");
-        slot.write_copy_of_slice(part);
+        // Safety: same lengths, distinct buffers.
+        unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), slot.as_mut_ptr().cast::<u8>(), part.len()) };
     });
     // Safety: the frames cover raw_len bytes, each written above.
     unsafe { out.set_len(raw_len as usize) };
