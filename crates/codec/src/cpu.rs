@@ -13,18 +13,18 @@ pub fn avx2_bmi2() -> bool {
     false
 }
 
-/// `fast_fn!(vis fn name(args) -> Ret => inner)` defines `name`, which calls `inner` compiled
-/// with AVX2 and BMI2 where the CPU has them. Only what is inlined into the feature-enabled
+/// `fast_fn!(vis fn name<T: Bound>(args) -> Ret => inner)` (the type parameter optional)
+/// defines `name`, which calls `inner` compiled with AVX2 and BMI2 where the CPU has them. Only what is inlined into the feature-enabled
 /// copy gets the features, so `inner` must be `#[inline(always)]` (a closure would not be
 /// inlined).
 macro_rules! fast_fn {
-    ($(#[$attr:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $inner:path) => {
+    ($(#[$attr:meta])* $vis:vis fn $name:ident $(<$g:ident: $bound:path>)? ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $inner:path) => {
         $(#[$attr])*
-        $vis fn $name($($arg: $ty),*) -> $ret {
+        $vis fn $name $(<$g: $bound>)? ($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
             if $crate::cpu::avx2_bmi2() {
                 #[target_feature(enable = "avx2,bmi1,bmi2")]
-                unsafe fn fast($($arg: $ty),*) -> $ret {
+                unsafe fn fast $(<$g: $bound>)? ($($arg: $ty),*) -> $ret {
                     $inner($($arg),*)
                 }
                 // Safety: the CPU has the features enabled.

@@ -43,6 +43,7 @@ pub fn fill_copy<T: Element>(mut values: Vec<T>, finite: bool) -> (Vec<T>, Vec<(
 
 /// Whether every value of `block` is finite. A plain counting loop in 32-bit lanes: a
 /// per-element `all` does not vectorise, and a `usize` count widens every lane to 64 bits.
+#[inline(always)]
 pub fn all_finite<T: Element>(block: &[T]) -> bool {
     block.chunks(1 << 16).all(|c| c.iter().map(|x| x.is_finite() as u32).sum::<u32>() as usize == c.len())
 }

@@ -3,6 +3,7 @@
 use crate::element::Element;
 use crate::nonfinite;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Elements per parallel block.
 const BLOCK: usize = 1 << 16;
@@ -54,6 +55,7 @@ impl MinMax {
 }
 
 /// Smallest and largest of the values of `block` that `keep` accepts.
+#[inline(always)]
 fn block_range<T: Element>(block: &[T], keep: impl Fn(f64) -> bool) -> (f64, f64) {
     let mut m = MinMax::new();
     m.feed(block, keep);
@@ -93,16 +95,24 @@ pub fn copy_scanned<T: Element>(data: &[T]) -> (Vec<T>, bool, (f64, f64)) {
     let (finite, range) = copy.spare_capacity_mut()[..data.len()]
         .par_chunks_mut(BLOCK)
         .zip(data.par_chunks(BLOCK))
-        .map(|(out, block)| {
-            for (o, &x) in out.iter_mut().zip(block) {
-                o.write(x);
-            }
-            (nonfinite::all_finite(block), block_range(block, |_| true))
-        })
+        .map(|(out, block)| copy_scan_block(out, block))
         .reduce(|| (true, (f64::INFINITY, f64::NEG_INFINITY)), |a, b| (a.0 && b.0, merge(a.1, b.1)));
     // Safety: the sweep above wrote every element.
     unsafe { copy.set_len(data.len()) };
     (copy, finite, range)
+}
+
+crate::cpu::fast_fn!(
+    /// Copies `block` into `out`; whether it is all finite, and its range but NaN.
+    fn copy_scan_block<T: Element>(out: &mut [MaybeUninit<T>], block: &[T]) -> (bool, (f64, f64)) => copy_scan_block_in
+);
+
+#[inline(always)]
+fn copy_scan_block_in<T: Element>(out: &mut [MaybeUninit<T>], block: &[T]) -> (bool, (f64, f64)) {
+    for (o, &x) in out.iter_mut().zip(block) {
+        o.write(x);
+    }
+    (nonfinite::all_finite(block), block_range(block, |_| true))
 }
 
 /// `fraction` of the range lo..hi (0 when lo > hi, no values), never above the exact product.
