@@ -52,3 +52,12 @@ pub fn init<T: Copy>(part: &mut [MaybeUninit<T>], value: T) -> &mut [T] {
     // Safety: every element was just written.
     unsafe { std::slice::from_raw_parts_mut(part.as_mut_ptr().cast(), part.len()) }
 }
+
+/// Debug builds fill `part`, a buffer that starts uninitialized, with `value`: one chosen so
+/// that reading an element before it is written changes what the tests check. Release builds
+/// leave it as it is.
+pub fn poison<T: Copy>(part: &mut [MaybeUninit<T>], value: T) {
+    if cfg!(debug_assertions) {
+        part.fill(MaybeUninit::new(value));
+    }
+}

@@ -720,7 +720,10 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], zeros
     let (spline, order, bounds) = settings(side)?;
     let n = shape.iter().product();
     let mut work = Vec::with_capacity(n);
-    decode_walk(&mut work.spare_capacity_mut()[..n], &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
+    let out = &mut work.spare_capacity_mut()[..n];
+    // NaN would spread from a point read before its pass wrote it into what the tests check.
+    threads::poison(out, T::from_f64(f64::NAN));
+    decode_walk(out, &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
     // Safety: the walk wrote every point (it checks that its passes covered them all).
     unsafe { work.set_len(n) };
     Ok(work)
