@@ -14,9 +14,9 @@ pub fn avx2_bmi2() -> bool {
 }
 
 /// `fast_fn!(vis fn name<T: Bound>(args) -> Ret => inner)` (the type parameter optional)
-/// defines `name`, which calls `inner` compiled with AVX2 and BMI2 where the CPU has them. Only what is inlined into the feature-enabled
-/// copy gets the features, so `inner` must be `#[inline(always)]` (a closure would not be
-/// inlined).
+/// defines `name`, which calls `inner` compiled with AVX2 and BMI2 where the CPU has them.
+/// Only what is inlined into the feature-enabled copy gets the features, so `inner` must be
+/// `#[inline(always)]` (a closure would not be inlined).
 macro_rules! fast_fn {
     ($(#[$attr:meta])* $vis:vis fn $name:ident $(<$g:ident: $bound:path>)? ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $inner:path) => {
         $(#[$attr])*
@@ -35,3 +35,10 @@ macro_rules! fast_fn {
     };
 }
 pub(crate) use fast_fn;
+
+/// How many of `items` `pred` accepts, summed in 32-bit lanes block by block: a `usize` count
+/// widens every comparison to 64 bits and takes four times the vector steps.
+#[inline(always)]
+pub fn count_where<T>(items: &[T], pred: impl Fn(&T) -> bool) -> usize {
+    items.chunks(1 << 16).map(|c| c.iter().map(|x| pred(x) as u32).sum::<u32>() as usize).sum()
+}

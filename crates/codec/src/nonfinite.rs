@@ -2,6 +2,7 @@
 //! positions and replaced by the mean of the finite values before prediction, so one NaN does
 //! not spoil the predictions of its neighbours (a land mask in an ocean field, say).
 
+use crate::cpu;
 use crate::element::Element;
 use crate::range;
 use rayon::prelude::*;
@@ -41,11 +42,11 @@ pub fn fill_copy<T: Element>(mut values: Vec<T>, finite: bool) -> (Vec<T>, Vec<(
     (values, patches)
 }
 
-/// Whether every value of `block` is finite. A plain counting loop in 32-bit lanes: a
-/// per-element `all` does not vectorise, and a `usize` count widens every lane to 64 bits.
+/// Whether every value of `block` is finite. A counting loop: a per-element `all` does not
+/// vectorise.
 #[inline(always)]
 pub fn all_finite<T: Element>(block: &[T]) -> bool {
-    block.chunks(1 << 16).all(|c| c.iter().map(|x| x.is_finite() as u32).sum::<u32>() as usize == c.len())
+    cpu::count_where(block, |x| x.is_finite()) == block.len()
 }
 
 /// Replaces the non-finite values by the mean of the finite ones; returns what it replaced.

@@ -299,9 +299,7 @@ crate::cpu::fast_fn!(
 
 #[inline(always)]
 fn count_zeros_in(symbols: &[u16]) -> usize {
-    // Counted in 32-bit lanes, block by block: a `usize` count widens every comparison to
-    // 64 bits and takes four times the vector steps.
-    symbols.chunks(1 << 16).map(|c| c.iter().map(|&s| (s == 0) as u32).sum::<u32>() as usize).sum()
+    crate::cpu::count_where(symbols, |&s| s == 0)
 }
 
 /// Where the unpredictable (0) symbols of a chunk are, as prefix sums of their count per block
