@@ -12,7 +12,7 @@
 //! lives in the array's metadata and is handed to the decoder: a chunk of a few blocks must not
 //! pay for a self-describing header.
 
-use crate::bytes::{put_varint, ByteReader};
+use crate::bytes::{crc32, put_varint, ByteReader};
 use crate::compressor::{read_parts, read_segments, write_parts, write_segments};
 use crate::element::{DType, Element};
 use crate::entropy::frames;
@@ -274,7 +274,7 @@ impl<T: Element> PredictedSet<T> {
         put_varint(&mut out, common_side.len() as u64);
         out.extend_from_slice(common_side);
         out.extend_from_slice(&packed);
-        let crc = crate::bytes::crc32(&out);
+        let crc = crc32(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
@@ -315,7 +315,7 @@ fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
         return Err(corrupt!("not an amrzip block set (bad magic or {} bytes)", bytes.len()));
     }
     let (body, tail) = bytes.split_at(bytes.len() - 4);
-    if u32::from_le_bytes(tail.try_into().expect("4 bytes")) != crate::bytes::crc32(body) {
+    if u32::from_le_bytes(tail.try_into().expect("4 bytes")) != crc32(body) {
         return Err(corrupt!("block set checksum mismatch"));
     }
     let mut r = ByteReader::new(&body[2..]);

@@ -12,7 +12,7 @@
 //! ```
 //! `docs/format.md` describes the whole format, including what is inside a chunk.
 
-use crate::bytes::ByteReader;
+use crate::bytes::{crc32, ByteReader};
 use crate::element::DType;
 use crate::error::{corrupt, Result};
 use crate::grid::{checked_num_elements, num_elements};
@@ -93,7 +93,7 @@ impl Header {
             out.extend_from_slice(&c.stored_len.to_le_bytes());
             out.extend_from_slice(&c.raw_len.to_le_bytes());
         }
-        let crc = crate::bytes::crc32(&out[start..]);
+        let crc = crc32(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
     }
 
@@ -178,7 +178,7 @@ impl Header {
         }
         let covered = r.position();
         let crc = r.u32("header checksum")?;
-        if crc != crate::bytes::crc32(&stream[..covered]) {
+        if crc != crc32(&stream[..covered]) {
             return Err(corrupt!("header checksum mismatch"));
         }
         Ok((Header { dtype, shape, preset, bound, eb, radius, chunk_shape, codebook_source, codebook, chunks }, r.position()))
@@ -205,7 +205,7 @@ impl<'a> Stream<'a> {
         if r.remaining() != 0 {
             return Err(corrupt!("{} unexpected bytes after the end of the stream", r.remaining()));
         }
-        if crc != crate::bytes::crc32(&stream[header_len..payload_end]) {
+        if crc != crc32(&stream[header_len..payload_end]) {
             return Err(corrupt!("payload checksum mismatch"));
         }
         Ok(Stream { header, payloads })
@@ -219,7 +219,7 @@ impl<'a> Stream<'a> {
         for p in payloads {
             out.extend_from_slice(p);
         }
-        let crc = crate::bytes::crc32(&out[start..]);
+        let crc = crc32(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }

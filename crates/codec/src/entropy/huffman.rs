@@ -75,6 +75,11 @@ struct DecodeTable {
     bits: u32,
 }
 
+cpu::fast_fn!(
+    /// `Codebook::encode`, whose loop shifts by a variable amount for every symbol (BMI2).
+    fn encode_bits(codebook: &Codebook, symbols: &[u16], out: &mut Vec<u8>) -> Result<()> => Codebook::encode_in
+);
+
 pub struct Codebook {
     /// Indexed by symbol - `enc_first`, from the first to the last used symbol:
     /// bit-reversed code | length << 24 (0 = unused).
@@ -122,7 +127,6 @@ cpu::fast_fn!(
     /// only costs far fewer page faults than one over the whole alphabet.
     fn count_block(symbols: &[u16]) -> (usize, Vec<u64>) => count_block_in
 );
-cpu::fast_fn!(fn encode_bits(codebook: &Codebook, symbols: &[u16], out: &mut Vec<u8>) -> Result<()> => Codebook::encode_in);
 
 #[inline(always)]
 fn count_block_in(symbols: &[u16]) -> (usize, Vec<u64>) {

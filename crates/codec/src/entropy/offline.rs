@@ -15,7 +15,7 @@
 //! needs a new id (and the old one kept while streams that use it may exist).
 
 use super::huffman::Codebook;
-use crate::bytes::ByteReader;
+use crate::bytes::{crc32, ByteReader};
 use crate::error::{corrupt, Result};
 use std::sync::{Arc, OnceLock};
 
@@ -107,14 +107,14 @@ pub fn build_set(books: &[(u8, String, Vec<u64>)]) -> Vec<u8> {
         out.extend_from_slice(&(table.len() as u32).to_le_bytes());
         out.extend_from_slice(&table);
     }
-    let crc = crate::bytes::crc32(&out);
+    let crc = crc32(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
 fn parse(bytes: &[u8]) -> Result<Vec<OfflineCodebook>> {
     let body = bytes.len().checked_sub(4).ok_or_else(|| corrupt!("offline codebook set too short"))?;
-    if crate::bytes::crc32(&bytes[..body]).to_le_bytes() != bytes[body..] {
+    if crc32(&bytes[..body]).to_le_bytes() != bytes[body..] {
         return Err(corrupt!("offline codebook set checksum mismatch"));
     }
     let mut r = ByteReader::new(&bytes[..body]);
