@@ -130,7 +130,7 @@ impl Quantizer {
             // Safety: t is finite and within i32 after the clamp.
             let q: i32 = unsafe { t.to_int_unchecked() };
             let r = T::from_f64(pred + q as f64 * self.two_eb);
-            let ok = lo <= q && q <= hi && (r.to_f64() - xf).abs() <= self.eb;
+            let ok = (lo <= q) & (q <= hi) & ((r.to_f64() - xf).abs() <= self.eb);
             *s = if ok { (q + radius) as u16 } else { 0 };
             *v = if ok { r } else { *v };
             missed += !ok as u32;
