@@ -37,7 +37,32 @@ pub struct Quantizer {
     /// codebook: codes it has no symbol for are kept exactly instead.
     lo: i64,
     hi: i64,
+    /// Set when the chunk is coded in binary32 arithmetic (`single`).
+    single: Option<Single>,
 }
+
+/// The bound in binary32, for chunks of f32 values coded in binary32 arithmetic: half the
+/// work per vector of the binary64 forms.
+#[derive(Clone, Copy, Debug)]
+struct Single {
+    two_eb: f32,
+    inv_two_eb: f32,
+    /// The largest binary32 not above `eb`. Rounding is monotone, so a rounded `|r - x|` below
+    /// it means the exact difference is below it too.
+    below_eb: f32,
+}
+
+impl Single {
+    fn of(eb: f64, two_eb: f64, inv_two_eb: f64) -> Single {
+        let e = eb as f32;
+        let below_eb = if e as f64 > eb { f32::from_bits(e.to_bits() - 1) } else { e };
+        Single { two_eb: two_eb as f32, inv_two_eb: inv_two_eb as f32, below_eb }
+    }
+}
+
+/// The i32 range, as binary32 (both exact: -2^31 and the largest binary32 below 2^31).
+const I32_LOW_SINGLE: f32 = -2147483648.0;
+const I32_HIGH_SINGLE: f32 = 2147483520.0;
 
 impl Quantizer {
     /// `eb` must be finite and >= 0; 0 means lossless (only exact predictions are coded).
@@ -45,13 +70,46 @@ impl Quantizer {
         debug_assert!(eb.is_finite() && eb >= 0.0 && (2..=32768).contains(&radius));
         let inv_two_eb = if eb > 0.0 { 0.5 / eb } else { 0.0 };
         let radius = radius as i64;
-        Quantizer { eb, two_eb: 2.0 * eb, inv_two_eb, radius, lo: 1 - radius, hi: radius - 1 }
+        Quantizer { eb, two_eb: 2.0 * eb, inv_two_eb, radius, lo: 1 - radius, hi: radius - 1, single: None }
     }
 
-    /// The same quantizer with another bound (same radius and accepted codes, so the same
-    /// alphabet).
+    /// The same quantizer with another bound (same radius, accepted codes and arithmetic, so
+    /// the same alphabet).
     pub fn with_eb(&self, eb: f64) -> Quantizer {
-        Quantizer { lo: self.lo, hi: self.hi, ..Quantizer::new(eb, self.radius as u32) }
+        Quantizer { lo: self.lo, hi: self.hi, ..Quantizer::new(eb, self.radius as u32) }.in_single(self.single.is_some())
+    }
+
+    /// With `on`, f32 values are predicted and quantized in binary32 arithmetic rather than
+    /// binary64 (f64 values always use binary64). Lossless requests keep binary64, which
+    /// compares bits.
+    pub fn in_single(&self, on: bool) -> Quantizer {
+        let single = (on && self.eb > 0.0).then(|| Single::of(self.eb, self.two_eb, self.inv_two_eb));
+        Quantizer { single, ..*self }
+    }
+
+    /// The binary32 forms, if `T` is f32 and this quantizer uses them.
+    #[inline(always)]
+    fn single_for<T: Element>(&self) -> Option<Single> {
+        if T::BYTES == 4 {
+            self.single
+        } else {
+            None
+        }
+    }
+
+    /// The code of `x` against `pred` in binary32 arithmetic, its reconstruction, and whether
+    /// the code is accepted: `quantize_run`'s steps, in binary32.
+    #[inline(always)]
+    fn code_single(&self, s: &Single, x: f32, pred: f32) -> (bool, i32, f32) {
+        let t = (x - pred) * s.inv_two_eb;
+        let t = t + 0.5f32.copysign(t);
+        let t = if t > I32_LOW_SINGLE { t } else { I32_LOW_SINGLE };
+        let t = if t < I32_HIGH_SINGLE { t } else { I32_HIGH_SINGLE };
+        // Safety: t is finite and within i32 after the clamp.
+        let q: i32 = unsafe { t.to_int_unchecked() };
+        let r = pred + q as f32 * s.two_eb;
+        let ok = (self.lo as i32 <= q) & (q <= self.hi as i32) & ((r - x).abs() < s.below_eb);
+        (ok, q, r)
     }
 
     /// Accepts only codes whose symbols are in `first..=last`.
@@ -94,6 +152,10 @@ impl Quantizer {
     /// `quantize`, leaving the caller to keep `x` when the symbol is 0.
     #[inline(always)]
     pub fn quantize_value<T: Element>(&self, x: T, pred: f64) -> (u16, T) {
+        if let Some(s) = self.single_for::<T>() {
+            let (ok, q, r) = self.code_single(&s, x.to_f64() as f32, pred as f32);
+            return if ok { ((q + self.radius as i32) as u16, T::from_f64(r as f64)) } else { (0, x) };
+        }
         let xf = x.to_f64();
         let q = round_to_int((xf - pred) * self.inv_two_eb);
         if self.accepts(q) {
@@ -117,6 +179,15 @@ impl Quantizer {
         }
         let (lo, hi, radius) = (self.lo as i32, self.hi as i32, self.radius as i32);
         let mut missed = 0u32;
+        if let Some(single) = self.single_for::<T>() {
+            for (k, (v, s)) in vals.iter_mut().zip(symbols.iter_mut()).enumerate() {
+                let (ok, q, r) = self.code_single(&single, v.to_f64() as f32, pred(k) as f32);
+                *s = if ok { (q + radius) as u16 } else { 0 };
+                *v = if ok { T::from_f64(r as f64) } else { *v };
+                missed += !ok as u32;
+            }
+            return missed == 0;
+        }
         for (k, (v, s)) in vals.iter_mut().zip(symbols.iter_mut()).enumerate() {
             let (xf, pred) = (v.to_f64(), pred(k));
             // `round_to_int`, without branches. The clamp stands in for the saturating `as`
@@ -143,6 +214,13 @@ impl Quantizer {
     pub fn recover_run<T: Element>(&self, symbols: &[u16], pred: impl Fn(usize) -> f64, vals: &mut [T]) -> bool {
         let radius = self.radius as i32;
         let mut zeros = 0u32;
+        if let Some(single) = self.single_for::<T>() {
+            for (k, (v, &s)) in vals.iter_mut().zip(symbols).enumerate() {
+                *v = T::from_f64((pred(k) as f32 + (s as i32 - radius) as f32 * single.two_eb) as f64);
+                zeros += (s == 0) as u32;
+            }
+            return zeros == 0;
+        }
         for (k, (v, &s)) in vals.iter_mut().zip(symbols).enumerate() {
             *v = T::from_f64(pred(k) + (s as i32 - radius) as f64 * self.two_eb);
             zeros += (s == 0) as u32;
@@ -159,6 +237,9 @@ impl Quantizer {
     /// Inverse of `quantize` for a nonzero symbol.
     #[inline(always)]
     pub fn recover<T: Element>(&self, sym: u16, pred: f64) -> T {
+        if let Some(s) = self.single_for::<T>() {
+            return T::from_f64((pred as f32 + (sym as i32 - self.radius as i32) as f32 * s.two_eb) as f64);
+        }
         self.rebuild(pred, sym as i64 - self.radius)
     }
 }

@@ -6,7 +6,7 @@ use crate::entropy::frames::{level_for, zstd_compress};
 use crate::entropy::huffman::{add_counts, Codebook};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
-use crate::predictor::{self, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
+use crate::predictor::{self, Arithmetic, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
 use crate::quantizer::Quantizer;
 use crate::{Config, Preset};
 use rayon::prelude::*;
@@ -23,14 +23,14 @@ const MIN_SAMPLE_ELEMENTS: usize = 1 << 17;
 const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
 const SMALL_ARRAY_SHARE: usize = 4;
 
-fn interpolation(spline: Spline, order: DimOrder) -> Predictor {
-    Predictor::Interpolation { spline, order, bounds: LevelBounds::all().next().expect("a default tuning") }
+fn interpolation(spline: Spline, order: DimOrder, arithmetic: Arithmetic) -> Predictor {
+    Predictor::Interpolation { spline, order, bounds: LevelBounds::all().next().expect("a default tuning"), arithmetic }
 }
 
 /// Cubic interpolation in each dimension order; the spline is settled afterwards.
 fn interpolation_candidates(ndim: usize) -> Vec<Predictor> {
     let orders: &[DimOrder] = if ndim == 1 { &[DimOrder::Forward] } else { &[DimOrder::Forward, DimOrder::Backward] };
-    orders.iter().map(|&order| interpolation(Spline::Cubic, order)).collect()
+    orders.iter().map(|&order| interpolation(Spline::Cubic, order, Arithmetic::Binary64)).collect()
 }
 
 fn candidates(config: &Config, ndim: usize, lossless: bool) -> Vec<Predictor> {
@@ -42,9 +42,9 @@ fn candidates(config: &Config, ndim: usize, lossless: bool) -> Vec<Predictor> {
         (Some(PredictorKind::Lorenzo), _) => vec![Predictor::Lorenzo],
         (Some(PredictorKind::Regression), _) => vec![regression],
         // Speed: no sampling. Refining the contiguous dimension first leaves the other passes
-        // contiguous rows, the fastest walk.
+        // contiguous rows, the fastest walk; binary32 arithmetic fills twice the vector lanes.
         (Some(PredictorKind::Interpolation) | None, Preset::Speed) => {
-            vec![interpolation(Spline::Cubic, if ndim > 1 { DimOrder::Backward } else { DimOrder::Forward })]
+            vec![interpolation(Spline::Cubic, if ndim > 1 { DimOrder::Backward } else { DimOrder::Forward }, Arithmetic::Binary32)]
         }
         (Some(PredictorKind::Interpolation), Preset::Ratio) => interpolation_candidates(ndim),
         (None, Preset::Ratio) => {
@@ -172,11 +172,11 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
 
 /// The spline, then the level-wise bounds, for interpolation in dimension `order`.
 fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Predictor {
-    let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order))) {
+    let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order, Arithmetic::Binary64))) {
         Predictor::Interpolation { spline, .. } => spline,
         _ => Spline::Cubic,
     };
-    let tunings: Vec<Predictor> = LevelBounds::all().map(|bounds| Predictor::Interpolation { spline, order, bounds }).collect();
+    let tunings: Vec<Predictor> = LevelBounds::all().map(|bounds| Predictor::Interpolation { spline, order, bounds, arithmetic: Arithmetic::Binary64 }).collect();
     trials.cheapest(&tunings)
 }
 
@@ -220,10 +220,10 @@ pub fn probe<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Co
     let Some(b) = sample_boxes(shape, FAMILY_BOX_ELEMENTS).into_iter().next() else { return false };
     let sample = vec![(nonfinite::fill(&gather(data, shape, &b)).0.into_owned(), b.shape.clone())];
     let others: Vec<Predictor> = match *current {
-        Predictor::Interpolation { spline, order, bounds } => [Spline::Cubic, Spline::Natural, Spline::Linear]
+        Predictor::Interpolation { spline, order, bounds, arithmetic } => [Spline::Cubic, Spline::Natural, Spline::Linear]
             .into_iter()
             .filter(|&s| s != spline)
-            .map(|spline| Predictor::Interpolation { spline, order, bounds })
+            .map(|spline| Predictor::Interpolation { spline, order, bounds, arithmetic })
             .collect(),
         _ => interpolation_candidates(shape.len()),
     };

@@ -133,7 +133,14 @@ impl Stencil {
     /// The prediction at `i`. Safety: `i + offset` must be within the buffer for every offset
     /// (callers check a whole line or row with `SharedBuf::check_span` first).
     #[inline(always)]
-    unsafe fn predict<T: Element>(&self, buf: &SharedBuf<T>, i: usize) -> f64 {
+    unsafe fn predict<T: Element, const S: bool>(&self, buf: &SharedBuf<T>, i: usize) -> f64 {
+        if single::<T, S>() {
+            let mut p = 0.0f32;
+            for j in 0..4 {
+                p += self.weights[j] as f32 * buf.get_unchecked(i.wrapping_add_signed(self.offsets[j])).to_f64() as f32;
+            }
+            return p as f64;
+        }
         let mut p = 0.0;
         for j in 0..4 {
             p += self.weights[j] * buf.get_unchecked(i.wrapping_add_signed(self.offsets[j])).to_f64();
@@ -153,13 +160,43 @@ impl Stencil {
     /// the same. Computed where the visitor uses it: a run of predictions stored and loaded
     /// back cost the row walk a good part of its time.
     #[inline(always)]
-    fn predict_term<T: Element>(&self, terms: &[&[T]; 4], k: usize) -> f64 {
+    fn predict_term<T: Element, const S: bool>(&self, terms: &[&[T]; 4], k: usize) -> f64 {
+        if single::<T, S>() {
+            let mut acc = 0.0f32;
+            for (term, &w) in terms.iter().zip(&self.weights) {
+                acc += w as f32 * term[k].to_f64() as f32;
+            }
+            return acc as f64;
+        }
         let mut acc = 0.0;
         for (term, &w) in terms.iter().zip(&self.weights) {
             acc += w * term[k].to_f64();
         }
         acc
     }
+}
+
+/// The arithmetic of predictions and reconstructions: binary64 whatever the element type, or,
+/// for f32 values, binary32, whose vectors hold twice the lanes (the speed preset's choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arithmetic {
+    Binary64 = 0,
+    Binary32 = 1,
+}
+
+/// Everything that fixes an interpolation walk's results besides the data and the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub spline: Spline,
+    pub order: DimOrder,
+    pub bounds: LevelBounds,
+    pub arithmetic: Arithmetic,
+}
+
+/// Whether a walk over `T` values that asks for binary32 (`S`) computes in it.
+#[inline(always)]
+fn single<T: Element, const S: bool>() -> bool {
+    S && T::BYTES == 4
 }
 
 /// Points predicted and coded together by `Visit::visit_run`: enough to vectorize, few
@@ -249,7 +286,7 @@ impl<T: Element> SharedBuf<T> {
 /// Visits the points of a pass along the contiguous dimension: one line, positions `xs`
 /// (odd multiples of `s` in increasing order) with their `stencils`.
 #[inline(always)]
-fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], stencils: &[Stencil], s: usize, n: usize, v: &mut V) {
+fn line<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, base: usize, xs: &[usize], stencils: &[Stencil], s: usize, n: usize, v: &mut V) {
     let Some((&first, &last)) = xs.first().zip(xs.last()) else { return };
     // Every stencil of the line reads within it: its points and their known neighbours.
     buf.check_span(base + first, base + last, (-(first as isize), (n - 1 - last) as isize));
@@ -257,7 +294,7 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
         let i = base + x;
         // Safety: the stencils of a line reach only indices of that line (Stencil::new keeps
         // x + offset within 0..n), checked in bounds above.
-        unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict(buf, i))) };
+        unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict::<T, S>(buf, i))) };
     };
     if s == 0 {
         for (&x, st) in xs.iter().zip(stencils) {
@@ -280,9 +317,9 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
             // Safety: the points of the group are those of `xs`, as in `visit_with`.
             unsafe {
                 if s == 1 {
-                    strided_run(buf, base + group[0], 2, group.len(), &st, v);
+                    strided_run::<T, V, S>(buf, base + group[0], 2, group.len(), &st, v);
                 } else {
-                    strided_run(buf, base + group[0], 2 * s, group.len(), &st, v);
+                    strided_run::<T, V, S>(buf, base + group[0], 2 * s, group.len(), &st, v);
                 }
             }
         }
@@ -297,7 +334,7 @@ fn line<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, xs: &[usize], 
 /// out once, so each term of the predictions is a contiguous run and the predictions
 /// vectorize. Safety: as for `Stencil::predict`, for every point.
 #[inline(always)]
-unsafe fn strided_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
+unsafe fn strided_run<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
     let m = m.min(RUN);
     let half = (step / 2) as isize;
     // known[j] is the point at first + (2j - 3) * step / 2; the stencil reads some of j..j + 4.
@@ -309,13 +346,13 @@ unsafe fn strided_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize,
     }
     // Safety: each term's m elements lie in the range written above.
     let terms = st.offsets.map(|o| std::slice::from_raw_parts(known.as_ptr().add(slot(o)).cast::<T>(), m));
-    code_gathered(buf, first, step, m, st, &terms, v);
+    code_gathered::<T, V, S>(buf, first, step, m, st, &terms, v);
 }
 
 /// Visits one row of a pass along another dimension: every point of the row shares the
 /// position `x` along the refined dimension, hence one stencil, applied across the row.
 #[inline(always)]
-fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], st: &Stencil, v: &mut V) {
+fn row<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, base: usize, cs: &[usize], st: &Stencil, v: &mut V) {
     let Some((&first, &last)) = cs.first().zip(cs.last()) else { return };
     let (low, high) = st.reach();
     buf.check_span(base + first, base + last, (low.min(0), high.max(0)));
@@ -328,7 +365,7 @@ fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], s
             // Safety: within the span checked above; the run is this row's own points.
             unsafe {
                 let terms = st.terms(buf, start, m);
-                v.visit_run(buf.visited_run::<V>(start, m), |k| st.predict_term(&terms, k));
+                v.visit_run(buf.visited_run::<V>(start, m), |k| st.predict_term::<T, S>(&terms, k));
             }
             start += m;
         }
@@ -345,20 +382,20 @@ fn row<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, base: usize, cs: &[usize], s
         let m = (strided - done).min(RUN);
         // Safety: cs increases, so every read lies between base + first + low and
         // base + last + high, checked above.
-        unsafe { gathered_run(buf, base + first + done * d, d, m, st, v) };
+        unsafe { gathered_run::<T, V, S>(buf, base + first + done * d, d, m, st, v) };
         done += m;
     }
     for &c in &cs[strided..] {
         let i = base + c;
         // Safety: as above.
-        unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict(buf, i))) };
+        unsafe { buf.set_unchecked(i, v.visit(buf.current::<V>(i), st.predict::<T, S>(buf, i))) };
     }
 }
 
 /// Codes the `m` points `first + k * step` with stencil `st`, each of its terms gathered into
 /// a run first. Safety: as for `Stencil::predict`, for every point.
 #[inline(always)]
-unsafe fn gathered_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
+unsafe fn gathered_run<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
     let m = m.min(RUN);
     let mut gathered = [[MaybeUninit::<T>::uninit(); RUN]; 4];
     for (term, &o) in gathered.iter_mut().zip(&st.offsets) {
@@ -368,7 +405,7 @@ unsafe fn gathered_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize
     }
     // Safety: the first m elements of each term were written above.
     let terms = [0, 1, 2, 3].map(|t| std::slice::from_raw_parts(gathered[t].as_ptr().cast::<T>(), m));
-    code_gathered(buf, first, step, m, st, &terms, v);
+    code_gathered::<T, V, S>(buf, first, step, m, st, &terms, v);
 }
 
 /// Codes the `m` points `first + k * step`, given the terms of their predictions: gathered
@@ -376,14 +413,14 @@ unsafe fn gathered_run<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize
 /// Uninitialized stack buffers: clearing them cost more than coding the short rows of small
 /// blocks. Safety: the points are in bounds and this line or row's own.
 #[inline(always)]
-unsafe fn code_gathered<T: Element, V: Visit<T>>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, terms: &[&[T]; 4], v: &mut V) {
+unsafe fn code_gathered<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, terms: &[&[T]; 4], v: &mut V) {
     let mut run = [MaybeUninit::<T>::uninit(); RUN];
     for (k, x) in run[..m].iter_mut().enumerate() {
         x.write(buf.current::<V>(first + k * step));
     }
     // Safety: the first m elements were written above.
     let vals = std::slice::from_raw_parts_mut(run.as_mut_ptr().cast::<T>(), m);
-    v.visit_run(vals, |k| st.predict_term(terms, k));
+    v.visit_run(vals, |k| st.predict_term::<T, S>(terms, k));
     for (k, &x) in vals.iter().enumerate() {
         buf.set_unchecked(first + k * step, x);
     }
@@ -549,15 +586,15 @@ struct RowGroup<'a, T> {
 
 /// Visits one group of rows of a pass.
 #[inline(always)]
-fn visit_rows<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
+fn visit_rows<T: Element, V: Visit<T>, const S: bool>(g: &RowGroup<T>, v: &mut V) {
     let RowGroup { buf, pass, rows, shape } = *g;
     let nd = shape.len();
     let cs = &pass.coords[nd - 1];
     for &(base, at) in rows {
         if pass.k == nd - 1 {
-            line(buf, base, cs, &pass.stencils, pass.s, shape[nd - 1], v);
+            line::<T, V, S>(buf, base, cs, &pass.stencils, pass.s, shape[nd - 1], v);
         } else {
-            row(buf, base, cs, &pass.stencils[at], v);
+            row::<T, V, S>(buf, base, cs, &pass.stencils[at], v);
         }
     }
 }
@@ -565,26 +602,26 @@ fn visit_rows<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
 /// `visit_rows` compiled for the widest vector unit the CPU has (512 bits only for visitors
 /// that prefer them). Neither AVX2 nor AVX-512 changes a result: Rust never fuses a multiply
 /// and an add on its own, and conversions round the same way.
-fn visit_rows_fastest<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
+fn visit_rows_fastest<T: Element, V: Visit<T>, const S: bool>(g: &RowGroup<T>, v: &mut V) {
     #[cfg(target_arch = "x86_64")]
     if V::WIDE_VECTORS && std::is_x86_feature_detected!("avx512f") {
         #[target_feature(enable = "avx512f")]
-        unsafe fn avx512<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
-            visit_rows(g, v)
+        unsafe fn avx512<T: Element, V: Visit<T>, const S: bool>(g: &RowGroup<T>, v: &mut V) {
+            visit_rows::<T, V, S>(g, v)
         }
         // Safety: the CPU has AVX-512F.
-        return unsafe { avx512(g, v) };
+        return unsafe { avx512::<T, V, S>(g, v) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
-        unsafe fn avx2<T: Element, V: Visit<T>>(g: &RowGroup<T>, v: &mut V) {
-            visit_rows(g, v)
+        unsafe fn avx2<T: Element, V: Visit<T>, const S: bool>(g: &RowGroup<T>, v: &mut V) {
+            visit_rows::<T, V, S>(g, v)
         }
         // Safety: the CPU has AVX2.
-        return unsafe { avx2(g, v) };
+        return unsafe { avx2::<T, V, S>(g, v) };
     }
-    visit_rows(g, v)
+    visit_rows::<T, V, S>(g, v)
 }
 
 /// The chunk's shape and the predictor's settings, as both walks need them.
@@ -600,7 +637,7 @@ struct Walk<'a> {
 /// Encodes the chunk. Each pass's rows are spread over the thread pool in fixed groups, each
 /// quantizing straight into its part of the symbol array; the exact values are concatenated in
 /// group order, so the stream does not depend on the number of threads.
-fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec<usize>) {
+fn encode_walk<T: Element, const S: bool>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec<usize>) {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let n = buf.len();
     // Each task clears its part of the symbols just before writing it, in cache, rather than
@@ -622,7 +659,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
             .zip(spare[pos..pos + count].par_chunks_mut(group_points))
             .map(|(rows, syms)| {
                 let mut v = EncodeVisitor::new(&lq, threads::init(syms, 0));
-                visit_rows_fastest(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
+                visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
                 (v.exact, v.absent)
             })
             .collect();
@@ -642,7 +679,7 @@ fn encode_walk<T: Element>(buf: &mut [T], walk: &Walk) -> (Vec<u16>, Vec<T>, Vec
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
 /// the unpredictable symbols before it.
-fn decode_walk<T: Element>(buf: &mut [MaybeUninit<T>], walk: &Walk, symbols: &[u16], zeros: &ZeroCounts, exact: &[T]) -> Result<()> {
+fn decode_walk<T: Element, const S: bool>(buf: &mut [MaybeUninit<T>], walk: &Walk, symbols: &[u16], zeros: &ZeroCounts, exact: &[T]) -> Result<()> {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let n = buf.len();
     if symbols.len() != n || zeros.total() != exact.len() {
@@ -672,7 +709,7 @@ fn decode_walk<T: Element>(buf: &mut [MaybeUninit<T>], walk: &Walk, symbols: &[u
         }
         pass.rows.par_chunks(pass.group_rows()).zip(pass_symbols.par_chunks(group_points)).enumerate().for_each(|(g, (rows, syms))| {
             let mut v = DecodeVisitor::counted(&lq, syms, &exact[starts[g]..starts[g] + counts[g]]);
-            visit_rows_fastest(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
+            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
         });
         sym_pos += pass_symbols.len();
         exact_pos = acc;
@@ -682,21 +719,23 @@ fn decode_walk<T: Element>(buf: &mut [MaybeUninit<T>], walk: &Walk, symbols: &[u
 }
 
 /// Rebuilds the values in `work`, the data to code.
-pub fn encode<T: Element>(
-    mut work: Vec<T>,
-    shape: &[usize],
-    q: &Quantizer,
-    spline: Spline,
-    order: DimOrder,
-    bounds: LevelBounds,
-) -> Coded<T> {
-    let (symbols, exact, absent) = encode_walk(&mut work, &Walk { shape, spline, order, q, bounds });
-    let side = vec![spline as u8, order as u8, bounds.0];
+pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, settings: Settings) -> Coded<T> {
+    let Settings { spline, order, bounds, arithmetic } = settings;
+    // A lossless request compares bits, in binary64.
+    let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && q.eb() > 0.0;
+    let q = q.in_single(single);
+    let walk = Walk { shape, spline, order, q: &q, bounds };
+    let (symbols, exact, absent) = if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
+    let mut side = vec![spline as u8, order as u8, bounds.0];
+    if single {
+        side.push(Arithmetic::Binary32 as u8);
+    }
     Coded { symbols, exact, side, absent }
 }
 
-/// The spline, dimension order and level tuning recorded in the side information.
-pub fn settings(side: &[u8]) -> Result<(Spline, DimOrder, LevelBounds)> {
+/// The settings recorded in the side information: spline, dimension order, level tuning, and
+/// a fourth byte only for binary32 arithmetic (streams without it are binary64).
+pub fn settings(side: &[u8]) -> Result<Settings> {
     let mut r = ByteReader::new(side);
     let spline = match r.u8("interpolation spline")? {
         0 => Spline::Linear,
@@ -710,20 +749,35 @@ pub fn settings(side: &[u8]) -> Result<(Spline, DimOrder, LevelBounds)> {
         o => return Err(corrupt!("unknown interpolation dimension order {o}")),
     };
     let bounds = LevelBounds::from_index(r.u8("interpolation level tuning")?)?;
+    let arithmetic = match r.remaining() {
+        0 => Arithmetic::Binary64,
+        _ => match r.u8("interpolation arithmetic")? {
+            1 => Arithmetic::Binary32,
+            a => return Err(corrupt!("unknown interpolation arithmetic {a}")),
+        },
+    };
     if r.remaining() != 0 {
         return Err(corrupt!("{} unexpected bytes after interpolation parameters", r.remaining()));
     }
-    Ok((spline, order, bounds))
+    Ok(Settings { spline, order, bounds, arithmetic })
 }
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], zeros: &ZeroCounts, exact: &[T], side: &[u8]) -> Result<Vec<T>> {
-    let (spline, order, bounds) = settings(side)?;
+    let Settings { spline, order, bounds, arithmetic } = settings(side)?;
+    // f64 values are always coded in binary64.
+    let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4;
+    let q = q.in_single(single);
+    let walk = Walk { shape, spline, order, q: &q, bounds };
     let n = shape.iter().product();
     let mut work = Vec::with_capacity(n);
     let out = &mut work.spare_capacity_mut()[..n];
     // NaN would spread from a point read before its pass wrote it into what the tests check.
     threads::poison(out, T::from_f64(f64::NAN));
-    decode_walk(out, &Walk { shape, spline, order, q, bounds }, symbols, zeros, exact)?;
+    if single {
+        decode_walk::<T, true>(out, &walk, symbols, zeros, exact)?;
+    } else {
+        decode_walk::<T, false>(out, &walk, symbols, zeros, exact)?;
+    }
     // Safety: the walk wrote every point (it checks that its passes covered them all).
     unsafe { work.set_len(n) };
     Ok(work)
@@ -765,6 +819,54 @@ mod tests {
                 }
                 assert!(seen.iter().all(|&c| c == 1), "{shape:?} {order:?}: {seen:?}");
             }
+        }
+    }
+
+    /// The values the encoder's walk leaves behind (what it predicted from) and the decoder's.
+    fn both_walks<T: Element>(data: &[T], shape: &[usize], eb: f64, chosen: Settings) -> (Vec<T>, Vec<T>) {
+        let Settings { spline, order, bounds, arithmetic } = chosen;
+        let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && eb > 0.0;
+        let q = Quantizer::new(eb, crate::quantizer::DEFAULT_RADIUS);
+        let walk = Walk { shape, spline, order, q: &q.in_single(single), bounds };
+        let mut work = data.to_vec();
+        let (symbols, exact, _) = if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
+        let coded = encode(data.to_vec(), shape, &q, chosen);
+        assert_eq!((&coded.symbols, coded.exact.len()), (&symbols, exact.len()));
+        assert_eq!(settings(&coded.side).unwrap().arithmetic, if single { Arithmetic::Binary32 } else { Arithmetic::Binary64 });
+        let decoded = decode(shape, &q, &coded.symbols, &ZeroCounts::of(&coded.symbols), &coded.exact, &coded.side).unwrap();
+        (work, decoded)
+    }
+
+    #[test]
+    fn decoder_rebuilds_what_the_encoder_predicted_from() {
+        fn check<T: Element>(value: impl Fn(f64) -> T) {
+            for shape in [vec![300usize], vec![37, 41], vec![9, 17, 33], vec![3, 4, 5, 6]] {
+                let n: usize = shape.iter().product();
+                let data: Vec<T> = (0..n).map(|i| value((i as f64 * 0.37).sin() * 100.0 + (i % 7) as f64 * 1e3)).collect();
+                for arithmetic in [Arithmetic::Binary64, Arithmetic::Binary32] {
+                    for (spline, order) in [(Spline::Cubic, DimOrder::Backward), (Spline::Natural, DimOrder::Forward), (Spline::Linear, DimOrder::Backward)] {
+                        for eb in [0.0, 1e-4, 0.5, 1e6] {
+                            let settings = Settings { spline, order, bounds: LevelBounds(0), arithmetic };
+                            let (encoder, decoder) = both_walks(&data, &shape, eb, settings);
+                            let bits = |v: &[T]| v.iter().map(|x| x.to_bits_u64()).collect::<Vec<_>>();
+                            assert_eq!(bits(&encoder), bits(&decoder), "{shape:?} {settings:?} {eb}");
+                            assert!(decoder.iter().zip(&data).all(|(r, x)| (r.to_f64() - x.to_f64()).abs() <= eb));
+                        }
+                    }
+                }
+            }
+        }
+        check(|v| v as f32);
+        check(|v| v);
+    }
+
+    #[test]
+    fn arithmetic_byte_is_optional_and_validated() {
+        let plain = Settings { spline: Spline::Cubic, order: DimOrder::Backward, bounds: LevelBounds(2), arithmetic: Arithmetic::Binary64 };
+        assert_eq!(settings(&[1, 1, 2]).unwrap(), plain);
+        assert_eq!(settings(&[1, 1, 2, 1]).unwrap(), Settings { arithmetic: Arithmetic::Binary32, ..plain });
+        for side in [&[1u8, 1, 2, 0][..], &[1, 1, 2, 2], &[1, 1, 2, 1, 0], &[1, 1]] {
+            assert!(settings(side).is_err(), "{side:?}");
         }
     }
 

@@ -13,7 +13,7 @@ use crate::error::{corrupt, Result};
 use crate::quantizer::Quantizer;
 use std::borrow::Cow;
 
-pub use interpolation::{DimOrder, LevelBounds, Spline};
+pub use interpolation::{Arithmetic, DimOrder, LevelBounds, Settings, Spline};
 pub use regression::default_block as default_regression_block;
 
 /// Predictor identity as stored in the chunk table.
@@ -51,7 +51,7 @@ impl PredictorKind {
 pub enum Predictor {
     Lorenzo,
     Regression { block: usize },
-    Interpolation { spline: Spline, order: DimOrder, bounds: LevelBounds },
+    Interpolation { spline: Spline, order: DimOrder, bounds: LevelBounds, arithmetic: Arithmetic },
     DualQuant,
 }
 
@@ -351,7 +351,9 @@ pub fn encode<T: Element>(p: &Predictor, data: Cow<'_, [T]>, shape: &[usize], q:
     match *p {
         Predictor::Lorenzo => lorenzo::encode(&data, shape, q),
         Predictor::Regression { block } => regression::encode(&data, shape, q, block),
-        Predictor::Interpolation { spline, order, bounds } => interpolation::encode(data.into_owned(), shape, q, spline, order, bounds),
+        Predictor::Interpolation { spline, order, bounds, arithmetic } => {
+            interpolation::encode(data.into_owned(), shape, q, Settings { spline, order, bounds, arithmetic })
+        }
         Predictor::DualQuant => dual_quant::encode(&data, shape, q),
     }
 }
@@ -364,8 +366,8 @@ pub fn from_side(kind: PredictorKind, side: &[u8]) -> Result<Predictor> {
         PredictorKind::DualQuant => Predictor::DualQuant,
         PredictorKind::Regression => Predictor::Regression { block: regression::block_of(side)? },
         PredictorKind::Interpolation => {
-            let (spline, order, bounds) = interpolation::settings(side)?;
-            Predictor::Interpolation { spline, order, bounds }
+            let Settings { spline, order, bounds, arithmetic } = interpolation::settings(side)?;
+            Predictor::Interpolation { spline, order, bounds, arithmetic }
         }
     })
 }
@@ -414,9 +416,10 @@ mod tests {
         #[test]
         fn runs_code_and_rebuild_bit_for_bit_like_single_visits(
             points in prop::collection::vec(value(), 1..300),
-            eb in prop_oneof![Just(0.0f64), Just(1e-3), Just(0.25)],
+            eb in prop_oneof![Just(0.0f64), Just(1e-3), Just(0.25), Just(1e-40), Just(1e300)],
+            binary32 in any::<bool>(),
         ) {
-            let q = Quantizer::new(eb, DEFAULT_RADIUS);
+            let q = Quantizer::new(eb, DEFAULT_RADIUS).in_single(binary32);
             let preds: Vec<f64> = points.iter().map(|p| p.1).collect();
             let n = points.len();
             let (mut one, mut run) = (vec![0u16; n], vec![0u16; n]);
@@ -430,6 +433,11 @@ mod tests {
             prop_assert_eq!((&single.exact.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), &single.absent),
                             (&runs.exact.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), &runs.absent));
             let exact = runs.exact;
+            for (k, (&(x, _), &r)) in points.iter().zip(&by_run).enumerate() {
+                if run[k] != 0 && !x.is_nan() {
+                    prop_assert!((r as f64 - x as f64).abs() <= eb, "{x} coded as {r} under {eb}");
+                }
+            }
             prop_assert_eq!(&one, &run);
             let mut decoded = vec![0.0f32; n];
             DecodeVisitor::new(&q, &run, &exact).unwrap().visit_run(&mut decoded, |k| preds[k]);
