@@ -5,6 +5,7 @@
 use crate::element::Element;
 use crate::error::{corrupt, Result};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// CRC-32 of `bytes`: blocks hashed in parallel, their states combined in order. One thread
 /// hashing a whole stream was a tenth of a two-thread decode of a dense field.
@@ -27,6 +28,39 @@ pub fn crc32(bytes: &[u8]) -> u32 {
         })
         .map_or_else(|| crc32fast::hash(&[]), |h| h.finalize())
 }
+
+/// Appends `parts` to `out` one after another, copied in pieces of at most 1 MiB on all
+/// threads: one thread joining the parts of a large stream was a serial phase of two-thread
+/// runs, and the first write of fresh memory also takes its page faults.
+pub fn append_all(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    out.reserve(total);
+    join_into(parts, &mut out.spare_capacity_mut()[..total]);
+    // Safety: join_into wrote all `total` bytes.
+    unsafe { out.set_len(out.len() + total) };
+}
+
+/// Writes `parts` one after another into `out`, which must be exactly as long as they are
+/// together (panics otherwise), in parallel as `append_all`.
+pub fn join_into(parts: &[&[u8]], out: &mut [MaybeUninit<u8>]) {
+    const PIECE: usize = 1 << 20;
+    let mut rest = out;
+    let mut copies = Vec::new();
+    for part in parts {
+        let (slot, tail) = std::mem::take(&mut rest).split_at_mut(part.len());
+        copies.extend(part.chunks(PIECE).zip(slot.chunks_mut(PIECE)));
+        rest = tail;
+    }
+    assert!(rest.is_empty(), "parts fill the output exactly");
+    copies.into_par_iter().for_each(|(from, to)| {
+        for (t, &f) in to.iter_mut().zip(from) {
+            t.write(f);
+        }
+    });
+}
+
+/// The longest `put_varint` output (a u64 in 7-bit groups).
+pub const MAX_VARINT_BYTES: usize = 10;
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -122,6 +156,21 @@ impl<'a> ByteReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_all_joins_parts_in_order() {
+        let big: Vec<u8> = (0..(3 << 20) + 17).map(|i| (i * 7 % 251) as u8).collect();
+        let parts: [&[u8]; 5] = [b"head", &[], &big, &big[5..(1 << 20) + 9], b"tail"];
+        let mut out = b"kept".to_vec();
+        append_all(&mut out, &parts);
+        assert_eq!(out, [&b"kept"[..]].iter().chain(&parts).copied().collect::<Vec<&[u8]>>().concat());
+    }
+
+    #[test]
+    #[should_panic(expected = "parts fill the output exactly")]
+    fn join_into_refuses_a_longer_output() {
+        join_into(&[b"abc"], &mut [MaybeUninit::new(0u8); 4]);
+    }
 
     #[test]
     fn crc32_in_blocks_is_the_crc32_of_the_whole() {

@@ -7,7 +7,7 @@
 //! segments of `SEGMENT_SYMBOLS` each (a varint byte length per segment, then the segments),
 //! which encode and decode in parallel.
 
-use crate::bytes::{put_varint, ByteReader};
+use crate::bytes::{append_all, put_varint, ByteReader};
 use crate::cpu;
 use crate::element::Element;
 use crate::entropy::frames;
@@ -137,9 +137,7 @@ pub(crate) fn write_segments(raw: &mut Vec<u8>, symbols: &[u16], codebook: &Code
     for seg in &segments {
         put_varint(raw, seg.len() as u64);
     }
-    for seg in &segments {
-        raw.extend_from_slice(seg);
-    }
+    append_all(raw, &segments.iter().map(|seg| &seg[..]).collect::<Vec<_>>());
     Ok(())
 }
 

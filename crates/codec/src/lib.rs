@@ -32,6 +32,7 @@ mod streaming;
 mod target;
 mod threads;
 
+pub use bytes::join_into;
 pub use element::{DType, Element};
 pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};

@@ -12,7 +12,7 @@
 //! ```
 //! `docs/format.md` describes the whole format, including what is inside a chunk.
 
-use crate::bytes::{crc32, ByteReader};
+use crate::bytes::{append_all, crc32, ByteReader};
 use crate::element::DType;
 use crate::error::{corrupt, Result};
 use crate::grid::{checked_num_elements, num_elements};
@@ -216,9 +216,7 @@ impl<'a> Stream<'a> {
         let mut out = Vec::with_capacity(total + 256 + 17 * payloads.len());
         header.write(&mut out);
         let start = out.len();
-        for p in payloads {
-            out.extend_from_slice(p);
-        }
+        append_all(&mut out, &payloads.iter().map(|p| &p[..]).collect::<Vec<_>>());
         let crc = crc32(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
         out

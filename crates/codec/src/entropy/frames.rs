@@ -3,7 +3,7 @@
 //! parallel. Layout: per frame, a flag (u8: 0 stored, 1 zstd) and its stored length (varint);
 //! then the frames' bytes in order. The frame count follows from the chunk's raw length.
 
-use crate::bytes::{put_varint, ByteReader};
+use crate::bytes::{append_all, put_varint, ByteReader, MAX_VARINT_BYTES};
 use crate::error::{corrupt, Result};
 use crate::Preset;
 use rayon::prelude::*;
@@ -60,14 +60,12 @@ pub fn pack(raw: &[u8], level_for: impl Fn(&[u8]) -> Option<i32> + Sync) -> Vec<
             _ => (0, Cow::Borrowed(frame)),
         })
         .collect();
-    let mut out = Vec::with_capacity(frames.iter().map(|f| f.1.len() + 4).sum());
+    let mut out = Vec::with_capacity(frames.iter().map(|f| f.1.len() + 1 + MAX_VARINT_BYTES).sum());
     for (flag, bytes) in &frames {
         out.push(*flag);
         put_varint(&mut out, bytes.len() as u64);
     }
-    for (_, bytes) in &frames {
-        out.extend_from_slice(bytes);
-    }
+    append_all(&mut out, &frames.iter().map(|(_, bytes)| &bytes[..]).collect::<Vec<_>>());
     out
 }
 
@@ -126,13 +124,7 @@ pub fn unpack(stored: &[u8], raw_len: u64) -> Result<Cow<'_, [u8]>> {
         .collect::<Result<_>>()?;
     // Every part holds exactly its frame's share of raw_len (checked above and by zstd_frame).
     let mut out = Vec::with_capacity(raw_len as usize);
-    out.spare_capacity_mut()[..raw_len as usize].par_chunks_mut(FRAME_BYTES).zip(&parts).for_each(|(slot, part)| {
-        assert_eq!(slot.len(), part.len(), "a frame fills its share of the chunk");
-        // Safety: same lengths, distinct buffers.
-        unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), slot.as_mut_ptr().cast::<u8>(), part.len()) };
-    });
-    // Safety: the frames cover raw_len bytes, each written above.
-    unsafe { out.set_len(raw_len as usize) };
+    append_all(&mut out, &parts.iter().map(|part| &part[..]).collect::<Vec<_>>());
     Ok(Cow::Owned(out))
 }
 
