@@ -5,7 +5,9 @@ use amrzip_codec::{self as codec, CodebookSource, CodecError, Config, DType, Ele
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
+use std::mem::MaybeUninit;
 use pyo3::types::{PyBytes, PyDict};
 
 mod amr;
@@ -16,6 +18,23 @@ mod streaming;
 /// mimalloc keeps freed pages for the next call.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay`, by its position in `mi_option_t` (mimalloc.h of the mimalloc v3
+/// sources that libmimalloc-sys 0.1.49 builds; that crate names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// mimalloc gives freed pages back to the kernel a second after the free. Between two calls on
+/// large fields a caller usually does other work for longer than that (checking errors, a
+/// simulation step), so calls kept taking fresh page faults, on huge pages that may wait for
+/// the kernel to compact memory: two-thread decoding varied by up to a third from call to
+/// call. Freed pages are kept 10 s instead, jemalloc's default decay time; a
+/// `MIMALLOC_PURGE_DELAY` set by the user wins.
+fn keep_freed_pages() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // Safety: sets one of mimalloc's documented options; any value is valid.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
+    }
+}
 
 create_exception!(_core, CorruptStreamError, PyValueError, "The data is not a valid amrzip stream (damaged, truncated or not amrzip).");
 
@@ -53,7 +72,31 @@ fn compress_typed<'py, T: Element + numpy::Element>(
     let shape = array.shape().to_vec();
     let data = array.as_slice().map_err(|_| PyValueError::new_err("array must be C-contiguous"))?;
     let out = py.detach(|| codec::compress(data, &shape, cfg)).map_err(to_py)?;
-    Ok(PyBytes::new(py, &out))
+    to_bytes(py, &out, cfg.threads)
+}
+
+/// A `bytes` object holding `data`, copied on `threads` threads with the GIL released: one
+/// thread copying a large stream into fresh memory (taking its page faults too) was a serial
+/// phase of two-thread compression.
+pub(crate) fn to_bytes<'py>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyResult<Bound<'py, PyBytes>> {
+    let len = ffi::Py_ssize_t::try_from(data.len()).map_err(|_| PyValueError::new_err("stream too large for a bytes object"))?;
+    // Safety: PyBytes_FromStringAndSize with a null source returns a new bytes object of `len`
+    // uninitialized bytes (or null with an exception set, which from_owned_ptr_or_err turns
+    // into the error). Nothing else can see the object until it is returned, so its buffer is
+    // written with the GIL released, and completely (join_into fills it or panics).
+    unsafe {
+        let ptr = ffi::PyBytes_FromStringAndSize(std::ptr::null(), len);
+        let bytes = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyBytes>();
+        let buffer = std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(ptr).cast::<MaybeUninit<u8>>(), data.len());
+        py.detach(|| {
+            codec::run_with_threads(threads, || {
+                codec::join_into(&[data], buffer);
+                Ok(())
+            })
+        })
+        .map_err(to_py)?;
+        Ok(bytes)
+    }
 }
 
 /// compress(array, bound_mode, bound, preset, threads=None, predictor=None) -> bytes
@@ -145,6 +188,7 @@ fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    keep_freed_pages();
     m.add_function(wrap_pyfunction!(compress, m)?)?;
     m.add_function(wrap_pyfunction!(decompress, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
