@@ -1,6 +1,6 @@
 //! Little-endian byte writing and bounds-checked reading shared by the stream header and the
-//! predictors' side information, and the checksum that covers them. Every read is checked: a
-//! short buffer is a `Corrupt` error.
+//! predictors' side information, the checksum that covers them, and the parallel joining of a
+//! stream's parts. Every read is checked: a short buffer is a `Corrupt` error.
 
 use crate::element::Element;
 use crate::error::{corrupt, Result};
