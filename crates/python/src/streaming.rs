@@ -1,6 +1,6 @@
 //! Chunked-stream encoder and decoder objects, and the helpers that build offline codebooks.
 
-use crate::{config, to_py};
+use crate::{config, to_bytes, to_py};
 use amrzip_codec::{self as codec, DType, Element, Policy, StreamDecoder as Decoder, StreamEncoder as Encoder, Thresholds};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -33,6 +33,8 @@ fn slice<'a, T: Element + numpy::Element>(a: &'a PyReadonlyArrayDyn<'_, T>) -> P
 pub struct StreamEncoder {
     inner: Encoder,
     dtype: DType,
+    /// Threads for copying each record into its `bytes` object, as for coding it.
+    threads: Option<usize>,
 }
 
 #[pymethods]
@@ -54,7 +56,7 @@ impl StreamEncoder {
     ) -> PyResult<Self> {
         let cfg = config(bound_mode, bound, preset, threads, predictor)?;
         let inner = Encoder::new(cfg, policy(policy_name, keep, rebuild, interval)?).map_err(to_py)?;
-        Ok(StreamEncoder { inner, dtype: dtype(dtype_name)? })
+        Ok(StreamEncoder { inner, dtype: dtype(dtype_name)?, threads })
     }
 
     /// encode(array) -> bytes: the next record.
@@ -73,7 +75,7 @@ impl StreamEncoder {
             }
         }
         .map_err(to_py)?;
-        Ok(PyBytes::new(py, &out))
+        to_bytes(py, &out, self.threads)
     }
 
     /// stats() -> dict of the encoder's choices so far.
