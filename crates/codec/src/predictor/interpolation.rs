@@ -721,8 +721,9 @@ fn decode_walk<T: Element, const S: bool>(buf: &mut [MaybeUninit<T>], walk: &Wal
 /// Rebuilds the values in `work`, the data to code.
 pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, settings: Settings) -> Coded<T> {
     let Settings { spline, order, bounds, arithmetic } = settings;
-    // A lossless request compares bits, in binary64.
-    let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && q.eb() > 0.0;
+    // A lossless request compares bits, in binary64; a bound whose double overflows binary32
+    // would rebuild every point as infinity or NaN there, so it keeps binary64 too.
+    let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && q.eb() > 0.0 && ((2.0 * q.eb()) as f32).is_finite();
     let q = q.in_single(single);
     let walk = Walk { shape, spline, order, q: &q, bounds };
     let (symbols, exact, absent) = if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
@@ -825,7 +826,7 @@ mod tests {
     /// The values the encoder's walk leaves behind (what it predicted from) and the decoder's.
     fn both_walks<T: Element>(data: &[T], shape: &[usize], eb: f64, chosen: Settings) -> (Vec<T>, Vec<T>) {
         let Settings { spline, order, bounds, arithmetic } = chosen;
-        let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && eb > 0.0;
+        let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && eb > 0.0 && ((2.0 * eb) as f32).is_finite();
         let q = Quantizer::new(eb, crate::quantizer::DEFAULT_RADIUS);
         let walk = Walk { shape, spline, order, q: &q.in_single(single), bounds };
         let mut work = data.to_vec();
@@ -845,7 +846,7 @@ mod tests {
                 let data: Vec<T> = (0..n).map(|i| value((i as f64 * 0.37).sin() * 100.0 + (i % 7) as f64 * 1e3)).collect();
                 for arithmetic in [Arithmetic::Binary64, Arithmetic::Binary32] {
                     for (spline, order) in [(Spline::Cubic, DimOrder::Backward), (Spline::Natural, DimOrder::Forward), (Spline::Linear, DimOrder::Backward)] {
-                        for eb in [0.0, 1e-4, 0.5, 1e6] {
+                        for eb in [0.0, 1e-4, 0.5, 1e6, 1e39] {
                             let settings = Settings { spline, order, bounds: LevelBounds(0), arithmetic };
                             let (encoder, decoder) = both_walks(&data, &shape, eb, settings);
                             let bits = |v: &[T]| v.iter().map(|x| x.to_bits_u64()).collect::<Vec<_>>();
