@@ -134,18 +134,26 @@ impl Stencil {
     /// (callers check a whole line or row with `SharedBuf::check_span` first).
     #[inline(always)]
     unsafe fn predict<T: Element, const S: bool>(&self, buf: &SharedBuf<T>, i: usize) -> f64 {
+        self.weighted_sum::<T, S>(|j| buf.get_unchecked(i.wrapping_add_signed(self.offsets[j])))
+    }
+
+    /// `sum of weights[j] * term(j)`, term by term from 0.0 in order (format.md, section 7.4),
+    /// in binary32 for f32 values walked with `S`, else in binary64. The one definition both
+    /// `predict` and `predict_term` use, so they agree bit for bit.
+    #[inline(always)]
+    fn weighted_sum<T: Element, const S: bool>(&self, term: impl Fn(usize) -> T) -> f64 {
         if single::<T, S>() {
-            let mut p = 0.0f32;
-            for j in 0..4 {
-                p += self.weights[j] as f32 * buf.get_unchecked(i.wrapping_add_signed(self.offsets[j])).to_f64() as f32;
+            let mut acc = 0.0f32;
+            for (j, &w) in self.weights.iter().enumerate() {
+                acc += w as f32 * term(j).to_f64() as f32;
             }
-            return p as f64;
+            return acc as f64;
         }
-        let mut p = 0.0;
-        for j in 0..4 {
-            p += self.weights[j] * buf.get_unchecked(i.wrapping_add_signed(self.offsets[j])).to_f64();
+        let mut acc = 0.0;
+        for (j, &w) in self.weights.iter().enumerate() {
+            acc += w * term(j).to_f64();
         }
-        p
+        acc
     }
 
     /// The terms of `predict` for the `m` consecutive points from `start`, as four runs of
@@ -156,23 +164,11 @@ impl Stencil {
         self.offsets.map(|o| buf.run(start.wrapping_add_signed(o), m))
     }
 
-    /// `predict` of the `k`th point of `terms`, term by term in the same order, so bit for bit
-    /// the same. Computed where the visitor uses it: a run of predictions stored and loaded
-    /// back cost the row walk a good part of its time.
+    /// `predict` of the `k`th point of `terms`. Computed where the visitor uses it: a run of
+    /// predictions stored and loaded back cost the row walk a good part of its time.
     #[inline(always)]
     fn predict_term<T: Element, const S: bool>(&self, terms: &[&[T]; 4], k: usize) -> f64 {
-        if single::<T, S>() {
-            let mut acc = 0.0f32;
-            for (term, &w) in terms.iter().zip(&self.weights) {
-                acc += w as f32 * term[k].to_f64() as f32;
-            }
-            return acc as f64;
-        }
-        let mut acc = 0.0;
-        for (term, &w) in terms.iter().zip(&self.weights) {
-            acc += w * term[k].to_f64();
-        }
-        acc
+        self.weighted_sum::<T, S>(|j| terms[j][k])
     }
 }
 
@@ -191,6 +187,13 @@ pub struct Settings {
     pub order: DimOrder,
     pub bounds: LevelBounds,
     pub arithmetic: Arithmetic,
+}
+
+/// Whether the encoder codes `T` values under `eb` in binary32 when `arithmetic` asks for it:
+/// only f32 values; a lossless request compares bits, in binary64; and a bound whose double
+/// overflows binary32 would rebuild every point as infinity or NaN there.
+fn encodes_in_binary32<T: Element>(arithmetic: Arithmetic, eb: f64) -> bool {
+    arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && eb > 0.0 && ((2.0 * eb) as f32).is_finite()
 }
 
 /// Whether a walk over `T` values that asks for binary32 (`S`) computes in it.
@@ -721,9 +724,7 @@ fn decode_walk<T: Element, const S: bool>(buf: &mut [MaybeUninit<T>], walk: &Wal
 /// Rebuilds the values in `work`, the data to code.
 pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, settings: Settings) -> Coded<T> {
     let Settings { spline, order, bounds, arithmetic } = settings;
-    // A lossless request compares bits, in binary64; a bound whose double overflows binary32
-    // would rebuild every point as infinity or NaN there, so it keeps binary64 too.
-    let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && q.eb() > 0.0 && ((2.0 * q.eb()) as f32).is_finite();
+    let single = encodes_in_binary32::<T>(arithmetic, q.eb());
     let q = q.in_single(single);
     let walk = Walk { shape, spline, order, q: &q, bounds };
     let (symbols, exact, absent) = if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
@@ -826,7 +827,7 @@ mod tests {
     /// The values the encoder's walk leaves behind (what it predicted from) and the decoder's.
     fn both_walks<T: Element>(data: &[T], shape: &[usize], eb: f64, chosen: Settings) -> (Vec<T>, Vec<T>) {
         let Settings { spline, order, bounds, arithmetic } = chosen;
-        let single = arithmetic == Arithmetic::Binary32 && T::BYTES == 4 && eb > 0.0 && ((2.0 * eb) as f32).is_finite();
+        let single = encodes_in_binary32::<T>(arithmetic, eb);
         let q = Quantizer::new(eb, crate::quantizer::DEFAULT_RADIUS);
         let walk = Walk { shape, spline, order, q: &q.in_single(single), bounds };
         let mut work = data.to_vec();
