@@ -39,7 +39,7 @@ const LOCKSTEP: usize = 4;
 /// point, so they get chunks small enough to give every core several.
 fn chunk_target(p: &Predictor) -> usize {
     match p {
-        Predictor::Interpolation { .. } => MAX_CHUNK_ELEMENTS,
+        Predictor::Interpolation(_) => MAX_CHUNK_ELEMENTS,
         _ => 1 << 21,
     }
 }
@@ -90,7 +90,7 @@ fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Pred
     let chunk: Cow<[T]> = if b.shape.as_slice() == shape { Cow::Borrowed(data) } else { Cow::Owned(gather(data, shape, b)) };
     match p {
         // Interpolation rebuilds the values in a copy of its own: fill that copy.
-        Predictor::Interpolation { .. } => interpolate(nonfinite::fill_owned(chunk), b, p, q),
+        Predictor::Interpolation(_) => interpolate(nonfinite::fill_owned(chunk), b, p, q),
         _ => {
             let (filled, patches) = nonfinite::fill(&chunk);
             predicted(predictor::encode(p, filled, &b.shape, q), patches, q)
@@ -219,7 +219,7 @@ pub fn prepare<T: Element>(
     let chunk_shape = chunk_shape(shape, chunk_target(&p));
     let boxes = if data.is_empty() { Vec::new() } else { chunk_boxes(shape, &chunk_shape) };
     let chunks: Vec<Predicted<T>> = match (copy, boxes.as_slice(), p) {
-        (Some(filled), [b], Predictor::Interpolation { .. }) => vec![interpolate(filled, b, &p, &q)],
+        (Some(filled), [b], Predictor::Interpolation(_)) => vec![interpolate(filled, b, &p, &q)],
         _ => boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect(),
     };
     let histogram = chunks.iter().fold(vec![0u64; q.alphabet()], |h, c| huffman::add_histogram(h, &c.histogram));

@@ -6,7 +6,7 @@ use crate::entropy::frames::{level_for, zstd_compress};
 use crate::entropy::huffman::{add_counts, Codebook};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
-use crate::predictor::{self, Arithmetic, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Spline};
+use crate::predictor::{self, Arithmetic, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Settings, Spline};
 use crate::quantizer::Quantizer;
 use crate::{Config, Preset};
 use rayon::prelude::*;
@@ -24,7 +24,7 @@ const MAX_SAMPLE_ELEMENTS: usize = 1 << 19;
 const SMALL_ARRAY_SHARE: usize = 4;
 
 fn interpolation(spline: Spline, order: DimOrder, arithmetic: Arithmetic) -> Predictor {
-    Predictor::Interpolation { spline, order, bounds: LevelBounds::all().next().expect("a default tuning"), arithmetic }
+    Predictor::Interpolation(Settings { spline, order, bounds: LevelBounds::all().next().expect("a default tuning"), arithmetic })
 }
 
 /// Cubic interpolation in each dimension order; the spline is settled afterwards.
@@ -159,7 +159,7 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
     let family = samples(FAMILY_BOX_ELEMENTS);
     let mut trials = Trials { samples: &family, q, preset: config.preset, pooled: false, seen: Vec::new() };
     match trials.cheapest(&cands) {
-        Predictor::Interpolation { order, .. } => {
+        Predictor::Interpolation(Settings { order, .. }) => {
             // Boxes of at most a quarter of the array, like the family sample.
             let n = num_elements(shape);
             let tuning_box = TUNING_BOX_ELEMENTS.min((n / SMALL_ARRAY_SHARE).max(1).next_power_of_two() / 2).max(FAMILY_BOX_ELEMENTS);
@@ -173,10 +173,11 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
 /// The spline, then the level-wise bounds, for interpolation in dimension `order`.
 fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Predictor {
     let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order, Arithmetic::Binary64))) {
-        Predictor::Interpolation { spline, .. } => spline,
+        Predictor::Interpolation(Settings { spline, .. }) => spline,
         _ => Spline::Cubic,
     };
-    let tunings: Vec<Predictor> = LevelBounds::all().map(|bounds| Predictor::Interpolation { spline, order, bounds, arithmetic: Arithmetic::Binary64 }).collect();
+    let tunings: Vec<Predictor> =
+        LevelBounds::all().map(|bounds| Predictor::Interpolation(Settings { spline, order, bounds, arithmetic: Arithmetic::Binary64 })).collect();
     trials.cheapest(&tunings)
 }
 
@@ -201,7 +202,7 @@ pub fn choose_for_blocks<T: Element>(
     }
     let mut trials = Trials { samples, q, preset: config.preset, pooled: true, seen: Vec::new() };
     match trials.cheapest(&cands) {
-        Predictor::Interpolation { order, .. } => tune_interpolation(trials, order),
+        Predictor::Interpolation(Settings { order, .. }) => tune_interpolation(trials, order),
         other => other,
     }
 }
@@ -220,10 +221,10 @@ pub fn probe<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Co
     let Some(b) = sample_boxes(shape, FAMILY_BOX_ELEMENTS).into_iter().next() else { return false };
     let sample = vec![(nonfinite::fill(&gather(data, shape, &b)).0.into_owned(), b.shape.clone())];
     let others: Vec<Predictor> = match *current {
-        Predictor::Interpolation { spline, order, bounds, arithmetic } => [Spline::Cubic, Spline::Natural, Spline::Linear]
+        Predictor::Interpolation(settings) => [Spline::Cubic, Spline::Natural, Spline::Linear]
             .into_iter()
-            .filter(|&s| s != spline)
-            .map(|spline| Predictor::Interpolation { spline, order, bounds, arithmetic })
+            .filter(|&s| s != settings.spline)
+            .map(|spline| Predictor::Interpolation(Settings { spline, ..settings }))
             .collect(),
         _ => interpolation_candidates(shape.len()),
     };

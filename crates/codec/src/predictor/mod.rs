@@ -51,7 +51,7 @@ impl PredictorKind {
 pub enum Predictor {
     Lorenzo,
     Regression { block: usize },
-    Interpolation { spline: Spline, order: DimOrder, bounds: LevelBounds, arithmetic: Arithmetic },
+    Interpolation(Settings),
     DualQuant,
 }
 
@@ -60,7 +60,7 @@ impl Predictor {
         match self {
             Predictor::Lorenzo => PredictorKind::Lorenzo,
             Predictor::Regression { .. } => PredictorKind::Regression,
-            Predictor::Interpolation { .. } => PredictorKind::Interpolation,
+            Predictor::Interpolation(_) => PredictorKind::Interpolation,
             Predictor::DualQuant => PredictorKind::DualQuant,
         }
     }
@@ -351,9 +351,7 @@ pub fn encode<T: Element>(p: &Predictor, data: Cow<'_, [T]>, shape: &[usize], q:
     match *p {
         Predictor::Lorenzo => lorenzo::encode(&data, shape, q),
         Predictor::Regression { block } => regression::encode(&data, shape, q, block),
-        Predictor::Interpolation { spline, order, bounds, arithmetic } => {
-            interpolation::encode(data.into_owned(), shape, q, Settings { spline, order, bounds, arithmetic })
-        }
+        Predictor::Interpolation(settings) => interpolation::encode(data.into_owned(), shape, q, settings),
         Predictor::DualQuant => dual_quant::encode(&data, shape, q),
     }
 }
@@ -365,10 +363,7 @@ pub fn from_side(kind: PredictorKind, side: &[u8]) -> Result<Predictor> {
         PredictorKind::Lorenzo => Predictor::Lorenzo,
         PredictorKind::DualQuant => Predictor::DualQuant,
         PredictorKind::Regression => Predictor::Regression { block: regression::block_of(side)? },
-        PredictorKind::Interpolation => {
-            let Settings { spline, order, bounds, arithmetic } = interpolation::settings(side)?;
-            Predictor::Interpolation { spline, order, bounds, arithmetic }
-        }
+        PredictorKind::Interpolation => Predictor::Interpolation(interpolation::settings(side)?),
     })
 }
 
