@@ -7,7 +7,7 @@
 //! symbol order), then the positions of values kept exactly because `p * 2eb` missed the bound
 //! (count, then varint gaps; the values are the chunk's exact values).
 
-use super::{count_zeros, Coded};
+use super::{Coded, ZeroCounts};
 use crate::bytes::{put_signed_varint, put_varint, ByteReader};
 use crate::element::Element;
 use crate::error::{corrupt, Result};
@@ -95,10 +95,10 @@ fn write_outliers(side: &mut Vec<u8>, outliers: &[i64]) {
     }
 }
 
-fn read_outliers(r: &mut ByteReader, symbols: &[u16]) -> Result<Vec<i64>> {
-    let count = r.bounded_varint(symbols.len() as u64, "dual-quant outlier count")?;
-    let zero_symbols = symbols.par_chunks(1 << 16).map(count_zeros).sum::<usize>() as u64;
-    if count != zero_symbols {
+/// `zero_symbols`: how many of the chunk's `n` symbols are 0.
+fn read_outliers(r: &mut ByteReader, n: usize, zero_symbols: usize) -> Result<Vec<i64>> {
+    let count = r.bounded_varint(n as u64, "dual-quant outlier count")?;
+    if count != zero_symbols as u64 {
         return Err(corrupt!("{zero_symbols} outlier symbols but {count} outliers stored"));
     }
     (0..count).map(|_| r.signed_varint("dual-quant outlier")).collect()
@@ -146,10 +146,10 @@ pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T
     Coded { symbols, exact: exact.into_iter().map(|(_, x)| x).collect(), side, absent: Vec::new() }
 }
 
-pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {
+pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], zeros: &ZeroCounts, exact: &[T], side: &[u8]) -> Result<Vec<T>> {
     let radius = (q.alphabet() / 2) as i64;
     let mut r = ByteReader::new(side);
-    let mut outliers = read_outliers(&mut r, symbols)?.into_iter();
+    let mut outliers = read_outliers(&mut r, symbols.len(), zeros.total())?.into_iter();
     let mut v: Vec<i64> = symbols.iter().map(|&s| if s == 0 { outliers.next().unwrap_or(0) } else { s as i64 - radius }).collect();
     integrate(&mut v, shape);
     finish(&v, q.eb(), &mut r, exact)

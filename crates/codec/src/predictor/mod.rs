@@ -306,6 +306,7 @@ fn count_zeros_in(symbols: &[u16]) -> usize {
 /// of `ZERO_BLOCK` symbols: any range's count then takes two lookups and two partial blocks.
 /// The entropy decoder fills it while a segment's symbols are still in cache, which spares
 /// the walks a pass over the whole symbol array.
+#[derive(Clone)]
 pub struct ZeroCounts {
     prefix: Vec<usize>,
 }
@@ -378,14 +379,14 @@ pub fn decode<T: Element>(
     exact: &[T],
     side: &[u8],
 ) -> Result<Vec<T>> {
+    // Interpolation and dual-quant place exact values by the zero symbols: counted by the
+    // entropy decoder when it made the symbols, else here.
+    let zeros = || zeros.map_or_else(|| Cow::Owned(ZeroCounts::of(symbols)), Cow::Borrowed);
     match kind {
         PredictorKind::Lorenzo => lorenzo::decode(shape, q, symbols, exact, side),
         PredictorKind::Regression => regression::decode(shape, q, symbols, exact, side),
-        PredictorKind::Interpolation => match zeros {
-            Some(z) => interpolation::decode(shape, q, symbols, z, exact, side),
-            None => interpolation::decode(shape, q, symbols, &ZeroCounts::of(symbols), exact, side),
-        },
-        PredictorKind::DualQuant => dual_quant::decode(shape, q, symbols, exact, side),
+        PredictorKind::Interpolation => interpolation::decode(shape, q, symbols, &zeros(), exact, side),
+        PredictorKind::DualQuant => dual_quant::decode(shape, q, symbols, &zeros(), exact, side),
     }
 }
 
