@@ -71,6 +71,11 @@ pub struct StreamEncoder {
 const PSNR_TRIES: usize = 3;
 
 impl StreamEncoder {
+    /// The threads the encoder was configured with (`None`: all cores).
+    pub fn threads(&self) -> Option<usize> {
+        self.config.threads
+    }
+
     pub fn new(config: Config, policy: Policy) -> Result<StreamEncoder> {
         match config.bound {
             ErrorBound::Relative(_) => {

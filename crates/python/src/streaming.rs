@@ -33,8 +33,6 @@ fn slice<'a, T: Element + numpy::Element>(a: &'a PyReadonlyArrayDyn<'_, T>) -> P
 pub struct StreamEncoder {
     inner: Encoder,
     dtype: DType,
-    /// Threads for copying each record into its `bytes` object, as for coding it.
-    threads: Option<usize>,
 }
 
 #[pymethods]
@@ -56,7 +54,7 @@ impl StreamEncoder {
     ) -> PyResult<Self> {
         let cfg = config(bound_mode, bound, preset, threads, predictor)?;
         let inner = Encoder::new(cfg, policy(policy_name, keep, rebuild, interval)?).map_err(to_py)?;
-        Ok(StreamEncoder { inner, dtype: dtype(dtype_name)?, threads })
+        Ok(StreamEncoder { inner, dtype: dtype(dtype_name)? })
     }
 
     /// encode(array) -> bytes: the next record.
@@ -75,7 +73,7 @@ impl StreamEncoder {
             }
         }
         .map_err(to_py)?;
-        to_bytes(py, &out, self.threads)
+        to_bytes(py, &out, self.inner.threads())
     }
 
     /// stats() -> dict of the encoder's choices so far.
