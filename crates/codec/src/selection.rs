@@ -172,12 +172,14 @@ pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &C
 
 /// The spline, then the level-wise bounds, for interpolation in dimension `order`.
 fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Predictor {
-    let spline = match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order, Arithmetic::Binary64))) {
-        Predictor::Interpolation(Settings { spline, .. }) => spline,
-        _ => Spline::Cubic,
-    };
-    let tunings: Vec<Predictor> =
-        LevelBounds::all().map(|bounds| Predictor::Interpolation(Settings { spline, order, bounds, arithmetic: Arithmetic::Binary64 })).collect();
+    let spline =
+        match trials.cheapest(&[Spline::Cubic, Spline::Natural, Spline::Linear].map(|s| interpolation(s, order, Arithmetic::Binary64))) {
+            Predictor::Interpolation(Settings { spline, .. }) => spline,
+            _ => Spline::Cubic,
+        };
+    let tunings: Vec<Predictor> = LevelBounds::all()
+        .map(|bounds| Predictor::Interpolation(Settings { spline, order, bounds, arithmetic: Arithmetic::Binary64 }))
+        .collect();
     trials.cheapest(&tunings)
 }
 

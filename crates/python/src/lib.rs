@@ -7,8 +7,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use std::mem::MaybeUninit;
 use pyo3::types::{PyBytes, PyDict};
+use std::mem::MaybeUninit;
 
 mod amr;
 mod streaming;

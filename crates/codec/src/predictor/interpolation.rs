@@ -289,7 +289,15 @@ impl<T: Element> SharedBuf<T> {
 /// Visits the points of a pass along the contiguous dimension: one line, positions `xs`
 /// (odd multiples of `s` in increasing order) with their `stencils`.
 #[inline(always)]
-fn line<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, base: usize, xs: &[usize], stencils: &[Stencil], s: usize, n: usize, v: &mut V) {
+fn line<T: Element, V: Visit<T>, const S: bool>(
+    buf: &SharedBuf<T>,
+    base: usize,
+    xs: &[usize],
+    stencils: &[Stencil],
+    s: usize,
+    n: usize,
+    v: &mut V,
+) {
     let Some((&first, &last)) = xs.first().zip(xs.last()) else { return };
     // Every stencil of the line reads within it: its points and their known neighbours.
     buf.check_span(base + first, base + last, (-(first as isize), (n - 1 - last) as isize));
@@ -337,7 +345,14 @@ fn line<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, base: usize,
 /// out once, so each term of the predictions is a contiguous run and the predictions
 /// vectorize. Safety: as for `Stencil::predict`, for every point.
 #[inline(always)]
-unsafe fn strided_run<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
+unsafe fn strided_run<T: Element, V: Visit<T>, const S: bool>(
+    buf: &SharedBuf<T>,
+    first: usize,
+    step: usize,
+    m: usize,
+    st: &Stencil,
+    v: &mut V,
+) {
     let m = m.min(RUN);
     let half = (step / 2) as isize;
     // known[j] is the point at first + (2j - 3) * step / 2; the stencil reads some of j..j + 4.
@@ -398,7 +413,14 @@ fn row<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, base: usize, 
 /// Codes the `m` points `first + k * step` with stencil `st`, each of its terms gathered into
 /// a run first. Safety: as for `Stencil::predict`, for every point.
 #[inline(always)]
-unsafe fn gathered_run<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, v: &mut V) {
+unsafe fn gathered_run<T: Element, V: Visit<T>, const S: bool>(
+    buf: &SharedBuf<T>,
+    first: usize,
+    step: usize,
+    m: usize,
+    st: &Stencil,
+    v: &mut V,
+) {
     let m = m.min(RUN);
     let mut gathered = [[MaybeUninit::<T>::uninit(); RUN]; 4];
     for (term, &o) in gathered.iter_mut().zip(&st.offsets) {
@@ -416,7 +438,15 @@ unsafe fn gathered_run<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T
 /// Uninitialized stack buffers: clearing them cost more than coding the short rows of small
 /// blocks. Safety: the points are in bounds and this line or row's own.
 #[inline(always)]
-unsafe fn code_gathered<T: Element, V: Visit<T>, const S: bool>(buf: &SharedBuf<T>, first: usize, step: usize, m: usize, st: &Stencil, terms: &[&[T]; 4], v: &mut V) {
+unsafe fn code_gathered<T: Element, V: Visit<T>, const S: bool>(
+    buf: &SharedBuf<T>,
+    first: usize,
+    step: usize,
+    m: usize,
+    st: &Stencil,
+    terms: &[&[T]; 4],
+    v: &mut V,
+) {
     let mut run = [MaybeUninit::<T>::uninit(); RUN];
     for (k, x) in run[..m].iter_mut().enumerate() {
         x.write(buf.current::<V>(first + k * step));
@@ -682,7 +712,13 @@ fn encode_walk<T: Element, const S: bool>(buf: &mut [T], walk: &Walk) -> (Vec<u1
 
 /// Decodes the chunk pass by pass; each group of rows finds its first exact value by counting
 /// the unpredictable symbols before it.
-fn decode_walk<T: Element, const S: bool>(buf: &mut [MaybeUninit<T>], walk: &Walk, symbols: &[u16], zeros: &ZeroCounts, exact: &[T]) -> Result<()> {
+fn decode_walk<T: Element, const S: bool>(
+    buf: &mut [MaybeUninit<T>],
+    walk: &Walk,
+    symbols: &[u16],
+    zeros: &ZeroCounts,
+    exact: &[T],
+) -> Result<()> {
     let Walk { shape, spline, order, q, bounds } = *walk;
     let n = buf.len();
     if symbols.len() != n || zeros.total() != exact.len() {
@@ -727,7 +763,8 @@ pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, sett
     let single = encodes_in_binary32::<T>(arithmetic, q.eb());
     let q = q.in_single(single);
     let walk = Walk { shape, spline, order, q: &q, bounds };
-    let (symbols, exact, absent) = if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
+    let (symbols, exact, absent) =
+        if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
     let mut side = vec![spline as u8, order as u8, bounds.0];
     if single {
         side.push(Arithmetic::Binary32 as u8);
@@ -846,7 +883,9 @@ mod tests {
                 let n: usize = shape.iter().product();
                 let data: Vec<T> = (0..n).map(|i| value((i as f64 * 0.37).sin() * 100.0 + (i % 7) as f64 * 1e3)).collect();
                 for arithmetic in [Arithmetic::Binary64, Arithmetic::Binary32] {
-                    for (spline, order) in [(Spline::Cubic, DimOrder::Backward), (Spline::Natural, DimOrder::Forward), (Spline::Linear, DimOrder::Backward)] {
+                    for (spline, order) in
+                        [(Spline::Cubic, DimOrder::Backward), (Spline::Natural, DimOrder::Forward), (Spline::Linear, DimOrder::Backward)]
+                    {
                         for eb in [0.0, 1e-4, 0.5, 1e6, 1e39] {
                             let settings = Settings { spline, order, bounds: LevelBounds(0), arithmetic };
                             let (encoder, decoder) = both_walks(&data, &shape, eb, settings);
