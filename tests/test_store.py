@@ -12,6 +12,7 @@ import pytest
 import amrzip
 from amrzip.amr import Hierarchy
 from amrzip.store import StoreError, snapshots
+from amrzip.store.conservation import conserve
 
 
 def _field(shape, seed, kind="smooth"):
@@ -438,3 +439,46 @@ def test_node_centred_hierarchy_round_trip(tmp_path):
         meta.write_text(json.dumps(doc))
         with pytest.raises(StoreError, match="node flags"):
             amrzip.open(tmp_path / "s")
+
+
+def _leaning(leans):
+    """A stand-in for a level's compression whose mean error is ``leans(eb) * eb`` over 1000 cells."""
+    calls = []
+
+    def compress(eb, measure):
+        calls.append(eb)
+        return {"error": (leans(eb) * eb * 1000, 1000)}
+
+    return compress, calls
+
+
+@pytest.mark.parametrize("lean", [0.0, 0.015, -0.015])
+def test_mean_keeping_leaves_a_small_lean_alone(lean):
+    compress, calls = _leaning(lambda eb: lean)
+    _, eb, offset = conserve(compress, [], 1.0, "float64")
+    assert (eb, offset, calls) == (1.0, 0.0, [1.0])
+
+
+@pytest.mark.parametrize("lean", [0.05, -0.2, 0.4])
+def test_mean_keeping_shrinks_the_bound_by_what_the_lean_needs(lean):
+    # The lean scales with the bound, as error feedback makes it: one recode with a bound
+    # shrunk by 1 + 2|lean| leaves room for the offset, instead of halving.
+    compress, calls = _leaning(lambda eb: lean)
+    _, eb, offset = conserve(compress, [], 1.0, "float64")
+    assert calls == [1.0, eb] and eb == pytest.approx(1 / (1 + 2 * abs(lean)))
+    assert offset == pytest.approx(-lean * eb) and abs(offset) <= 1.0 - eb
+
+
+def test_mean_keeping_halves_when_the_shrunk_recode_still_leans_too_far():
+    # An erratic lean (as Lorenzo's error feedback gives on a slow ramp) that does not fit the
+    # room of the shrunk bound: coded a third time at half the bound.
+    compress, calls = _leaning(lambda eb: 0.1 if eb == 1.0 else (-0.9 if eb > 0.5 else 0.3))
+    _, eb, offset = conserve(compress, [], 1.0, "float64")
+    assert calls == [1.0, pytest.approx(1 / 1.2), 0.5] and eb == 0.5
+    assert offset == pytest.approx(-0.15)
+
+
+def test_mean_keeping_goes_straight_to_half_for_a_large_lean():
+    compress, calls = _leaning(lambda eb: 0.6)
+    _, eb, offset = conserve(compress, [], 1.0, "float64")
+    assert calls == [1.0, 0.5] and offset == pytest.approx(-0.3)
