@@ -99,6 +99,20 @@ def test_round_trip_keeps_the_bound(tmp_path, dim, dtype):
     assert back.level(1).box_data("u", 0).shape == h.level(1).box_data("u", 0).shape
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fitted_prediction_round_trip(tmp_path, dtype):
+    # At tight bounds the Nyx-like fields take fitted prediction (weights stored with the
+    # codebook): every stored cell within the bound, boxes partly covered included.
+    from amrzip.amr.synthetic import nyx_like
+
+    h = nyx_like(n=32, levels=2, blocking_factor=8, max_grid_size=16, dtype=dtype)
+    amrzip.write(h, tmp_path / "s", rel=1e-5)
+    arrays = list((tmp_path / "s").glob("*/level_*/*/zarr.json"))
+    predictors = {json.loads(p.read_text())["codecs"][-1]["configuration"]["predictor"] for p in arrays}
+    assert "fitted" in predictors, predictors
+    assert_round_trip(h, amrzip.open(tmp_path / "s"))
+
+
 def test_unaligned_boxes_and_partial_blocks(tmp_path):
     # Boxes and the covered region cut unit blocks in pieces: absent cells must not leak.
     coarse = [((0, 0, 0), (12, 30, 31)), ((13, 0, 0), (31, 30, 31))]

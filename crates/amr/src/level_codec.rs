@@ -47,7 +47,7 @@ pub fn compress_level<T: Element>(
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
     let encoder = BlockSetEncoder::new(&all, &tiling.unit, config, eb, adaptive_block)?;
     let sets: Vec<PredictedSet<T>> = chunks.par_iter().map(|(_, blocks)| encoder.predict(blocks)).collect::<Result<_>>()?;
-    let (codebooks, bytes) = encode_sets(&sets, encoder.alphabet(), shared)?;
+    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared)?;
     let encoded: Vec<(Vec<i64>, Vec<u8>)> = chunks.keys().cloned().zip(bytes).collect();
     let error = if measure {
         let pairs: Vec<(&Vec<Block<T>>, &Vec<u8>)> = chunks.values().zip(encoded.iter().map(|(_, b)| b)).collect();
@@ -75,7 +75,7 @@ pub fn compress_level<T: Element>(
     };
     Ok(LevelStreams {
         codebooks: codebooks.iter().map(SharedCodebook::to_bytes).collect(),
-        predictor: encoder.predictor().kind().name(),
+        predictor: encoder.predictor_name(),
         chunks: encoded,
         blocks: all.len(),
         partial_blocks: all.iter().filter(|b| b.mask.is_some()).count(),
@@ -86,15 +86,20 @@ pub fn compress_level<T: Element>(
 
 /// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
 /// with `shared` false, one per set. Returns the codebooks and each set's bytes.
-fn encode_sets<T: Element>(sets: &[PredictedSet<T>], alphabet: usize, shared: bool) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
+fn encode_sets<T: Element>(
+    sets: &[PredictedSet<T>],
+    encoder: &BlockSetEncoder,
+    shared: bool,
+) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
+    let weights = encoder.weights();
     let codebooks: Vec<SharedCodebook> = if shared {
-        let mut total = vec![0u64; alphabet];
+        let mut total = vec![0u64; encoder.alphabet()];
         for s in sets {
             s.add_counts_to(&mut total);
         }
-        vec![SharedCodebook::from_histogram(&total)]
+        vec![SharedCodebook::from_histogram(&total, weights)]
     } else {
-        sets.iter().map(|s| SharedCodebook::from_histogram(&s.histogram())).collect()
+        sets.iter().map(|s| SharedCodebook::from_histogram(&s.histogram(), weights)).collect()
     };
     let bytes = sets
         .par_iter()
@@ -149,7 +154,7 @@ pub fn trial_sizes<T: Element>(
                     encoder.set(blocks)
                 })
                 .collect::<Result<_>>()?;
-            let (codebooks, bytes) = encode_sets(&sets, encoder.alphabet(), shared)?;
+            let (codebooks, bytes) = encode_sets(&sets, &encoder, shared)?;
             Ok(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>())
         })
         .collect()

@@ -19,6 +19,7 @@ use crate::entropy::frames;
 use crate::entropy::huffman::{self, Codebook};
 use crate::error::{corrupt, CodecError, Result};
 use crate::nonfinite;
+use crate::predictor::fitted::{self, Weights};
 use crate::predictor::{self, Coded, Predictor, PredictorKind};
 use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
@@ -46,28 +47,74 @@ pub struct Block<T> {
     pub mask: Option<Vec<bool>>,
 }
 
-/// The Huffman codebook shared by the block sets of an array.
-pub struct SharedCodebook(Codebook);
+/// What the block sets of an array share: the Huffman codebook and, when its blocks use fitted
+/// prediction, the weights.
+pub struct SharedCodebook {
+    codebook: Codebook,
+    weights: Option<Weights>,
+}
+
+/// Marks the fitted prediction weights after the codebook.
+const WEIGHTS_TAG: u8 = b'W';
 
 impl SharedCodebook {
-    /// A codebook for the summed histograms of the sets it will code.
-    pub fn from_histogram(histogram: &[u64]) -> SharedCodebook {
-        SharedCodebook(Codebook::from_histogram(histogram))
+    /// A codebook for the summed histograms of the sets it will code, with the encoder's
+    /// fitted prediction weights (if it has them).
+    pub fn from_histogram(histogram: &[u64], weights: Option<&Weights>) -> SharedCodebook {
+        SharedCodebook { codebook: Codebook::from_histogram(histogram), weights: weights.cloned() }
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        self.0.write(&mut out);
+        self.codebook.write(&mut out);
+        if let Some(w) = &self.weights {
+            out.push(WEIGHTS_TAG);
+            w.write(&mut out);
+        }
         out
     }
 
     /// Parses a codebook written by `to_bytes` for the default quantization radius.
     pub fn from_bytes(bytes: &[u8]) -> Result<SharedCodebook> {
         let (codebook, used) = Codebook::read(bytes, 2 * DEFAULT_RADIUS as usize)?;
-        if used != bytes.len() {
-            return Err(corrupt!("{} unexpected bytes after the shared codebook", bytes.len() - used));
+        let mut r = ByteReader::new(&bytes[used..]);
+        let weights = if r.remaining() == 0 {
+            None
+        } else if r.u8("shared table tag")? == WEIGHTS_TAG {
+            Some(Weights::read(&mut r)?)
+        } else {
+            return Err(corrupt!("unknown table after the shared codebook"));
+        };
+        if r.remaining() != 0 {
+            return Err(corrupt!("{} unexpected bytes after the shared tables", r.remaining()));
         }
-        Ok(SharedCodebook(codebook))
+        Ok(SharedCodebook { codebook, weights })
+    }
+}
+
+/// A block's predictor as its header byte: a predictor kind's code, or `FITTED` for fitted
+/// prediction, which exists only in block sets (its weights are the array's, not the block's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockKind {
+    Kind(PredictorKind),
+    Fitted,
+}
+
+impl BlockKind {
+    const FITTED: u8 = 4;
+
+    fn code(self) -> u8 {
+        match self {
+            BlockKind::Kind(k) => k as u8,
+            BlockKind::Fitted => BlockKind::FITTED,
+        }
+    }
+
+    fn from_code(c: u8) -> Result<BlockKind> {
+        match c {
+            BlockKind::FITTED => Ok(BlockKind::Fitted),
+            c => PredictorKind::from_code(c).map(BlockKind::Kind).ok_or_else(|| corrupt!("unknown predictor code {c}")),
+        }
     }
 }
 
@@ -76,6 +123,8 @@ pub struct BlockSetEncoder {
     unit: Vec<usize>,
     q: Quantizer,
     predictor: Predictor,
+    /// Weights when fitted prediction codes the blocks (`predictor` is then unused).
+    fitted: Option<Weights>,
     preset: Preset,
 }
 
@@ -115,17 +164,32 @@ impl BlockSetEncoder {
         let pool: Vec<&&Block<T>> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
         let step = pool.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
         let samples: Vec<(Vec<T>, Vec<usize>)> = pool.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
+        // Fitted prediction is judged on blocks as they come, partial ones in their share: it
+        // gains least where absent cells cut its stencil, so full blocks alone flatter it.
+        let all: Vec<&&Block<T>> = sample.iter().filter(|b| b.values.len() == n).collect();
+        let every = all.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
+        let judge: Vec<(Vec<T>, Vec<usize>)> = all.iter().step_by(every).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
         let edge = *unit.iter().max().unwrap_or(&1);
-        let predictor = if samples.is_empty() {
-            Predictor::Lorenzo
+        let (predictor, fitted) = if samples.is_empty() {
+            (Predictor::Lorenzo, None)
         } else {
-            selection::choose_for_blocks(&samples, &q, config, regression_block(unit.len(), edge, adaptive_block))
+            selection::choose_for_blocks(&samples, &judge, &q, config, regression_block(unit.len(), edge, adaptive_block))
         };
-        Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, preset: config.preset })
+        Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, fitted, preset: config.preset })
     }
 
-    pub fn predictor(&self) -> Predictor {
-        self.predictor
+    /// The name of the predictor the blocks use.
+    pub fn predictor_name(&self) -> &'static str {
+        if self.fitted.is_some() {
+            "fitted"
+        } else {
+            self.predictor.kind().name()
+        }
+    }
+
+    /// The fitted prediction weights every codebook of the array must carry, if any.
+    pub fn weights(&self) -> Option<&Weights> {
+        self.fitted.as_ref()
     }
 
     /// Size of the symbol alphabet, which histograms for `PredictedSet::add_counts_to` span.
@@ -155,12 +219,14 @@ impl BlockSetEncoder {
             return Err(CodecError::InvalidInput(format!("a block does not have the {n} values of the unit shape {:?}", self.unit)));
         }
         let (values, patches) = marked(b);
-        // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
-        let p = match (b.mask.is_some(), self.predictor) {
-            (true, Predictor::DualQuant) => Predictor::Lorenzo,
-            (_, p) => p,
+        let (kind, mut coded) = match (&self.fitted, b.mask.is_some(), self.predictor) {
+            (Some(w), _, _) => (BlockKind::Fitted, fitted::encode(&values, &self.unit, &self.q, w)),
+            // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
+            (None, true, Predictor::DualQuant) => {
+                (BlockKind::Kind(PredictorKind::Lorenzo), predictor::encode(&Predictor::Lorenzo, values, &self.unit, &self.q))
+            }
+            (None, _, p) => (BlockKind::Kind(p.kind()), predictor::encode(&p, values, &self.unit, &self.q)),
         };
-        let mut coded = predictor::encode(&p, values, &self.unit, &self.q);
         // Absent cells are not coded at all: the decoder knows where they fall in the walk.
         if !coded.absent.is_empty() {
             let mut absent = coded.absent.iter().peekable();
@@ -171,7 +237,7 @@ impl BlockSetEncoder {
                 keep
             });
         }
-        Ok(PredictedBlock { position: b.position, kind: p.kind(), mask: b.mask.clone(), patches, coded })
+        Ok(PredictedBlock { position: b.position, kind, mask: b.mask.clone(), patches, coded })
     }
 }
 
@@ -195,7 +261,7 @@ fn marked<T: Element>(b: &Block<T>) -> (Cow<'_, [T]>, Vec<(usize, T)>) {
 #[derive(Clone)]
 pub struct PredictedBlock<T> {
     position: u64,
-    kind: PredictorKind,
+    kind: BlockKind,
     mask: Option<Vec<bool>>,
     patches: Vec<(usize, T)>,
     coded: Coded<T>,
@@ -245,7 +311,7 @@ impl<T: Element> PredictedSet<T> {
             .iter()
             .map(|b| (b.kind, b.coded.side.as_slice()))
             .max_by_key(|&(k, side)| (self.blocks.iter().filter(|b| b.kind == k && b.coded.side == side).count(), side.len()));
-        let (common_kind, common_side) = common.unwrap_or((PredictorKind::Lorenzo, &[]));
+        let (common_kind, common_side) = common.unwrap_or((BlockKind::Kind(PredictorKind::Lorenzo), &[]));
         let mut raw = Vec::new();
         let mut previous: Option<u64> = None;
         for b in &self.blocks {
@@ -257,17 +323,17 @@ impl<T: Element> PredictedSet<T> {
                 raw.extend(mask.chunks(8).map(|c| c.iter().enumerate().fold(0u8, |acc, (i, &m)| acc | (m as u8) << i)));
             }
             if own {
-                raw.push(b.kind as u8);
+                raw.push(b.kind.code());
             }
             let side: &[u8] = if own { &b.coded.side } else { &[] };
             write_parts(&mut raw, &b.patches, side, &b.coded.exact);
         }
         let symbols: Vec<u16> = self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect();
-        write_segments(&mut raw, &symbols, &codebook.0)?;
+        write_segments(&mut raw, &symbols, &codebook.codebook)?;
         let packed = frames::pack(&raw, |frame| frames::level_for(self.preset, frame));
         let mut out = Vec::with_capacity(packed.len() + 32);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&[VERSION, T::DTYPE as u8, self.preset as u8, common_kind as u8]);
+        out.extend_from_slice(&[VERSION, T::DTYPE as u8, self.preset as u8, common_kind.code()]);
         put_varint(&mut out, codebook_index as u64);
         put_varint(&mut out, self.blocks.len() as u64);
         put_varint(&mut out, raw.len() as u64);
@@ -303,7 +369,7 @@ pub struct BlockSetInfo {
 
 struct Header<'a> {
     info: BlockSetInfo,
-    common_kind: PredictorKind,
+    common_kind: BlockKind,
     common_side: &'a [u8],
     raw_len: u64,
     /// The lossless frames.
@@ -327,7 +393,7 @@ fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
     if r.u8("preset")? > 1 {
         return Err(corrupt!("unknown preset"));
     }
-    let common_kind = PredictorKind::from_code(r.u8("predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?;
+    let common_kind = BlockKind::from_code(r.u8("predictor")?)?;
     let codebook_index = u32::try_from(r.varint("codebook index")?).map_err(|_| corrupt!("codebook index out of range"))?;
     let blocks = r.bounded_varint(u32::MAX as u64, "block count")? as usize;
     let raw_len = r.varint("raw length")?;
@@ -387,11 +453,7 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
         } else {
             None
         };
-        let kind = if flags & 2 == 2 {
-            PredictorKind::from_code(r.u8("block predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?
-        } else {
-            h.common_kind
-        };
+        let kind = if flags & 2 == 2 { BlockKind::from_code(r.u8("block predictor")?)? } else { h.common_kind };
         let mut parts = read_parts::<T>(&mut r, n)?;
         if parts.side.is_empty() {
             parts.side = h.common_side;
@@ -401,10 +463,10 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     // A block codes one symbol per stored cell.
     let counts: Vec<usize> = heads.iter().map(|(_, _, mask, _)| mask.as_ref().map_or(n, |m| m.iter().filter(|&&v| v).count())).collect();
     let total = counts.iter().sum();
-    if codebook.0.symbol_limit() > q.alphabet() {
+    if codebook.codebook.symbol_limit() > q.alphabet() {
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
-    let (symbols, _) = read_segments(&mut r, total, &codebook.0)?;
+    let (symbols, _) = read_segments(&mut r, total, &codebook.codebook)?;
     let mut starts = Vec::with_capacity(counts.len());
     counts.iter().fold(0, |acc, &c| {
         starts.push(acc);
@@ -419,7 +481,17 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
                 None => Cow::Borrowed(coded),
                 Some(mask) => Cow::Owned(with_absent(kind, parts.side, mask, unit, &q, coded)?),
             };
-            let mut values = predictor::decode(kind, unit, &q, &syms, None, &parts.exact, parts.side)?;
+            let mut values = match kind {
+                BlockKind::Kind(kind) => predictor::decode(kind, unit, &q, &syms, None, &parts.exact, parts.side)?,
+                BlockKind::Fitted => {
+                    if !parts.side.is_empty() {
+                        return Err(corrupt!("a fitted block carries {} bytes of side information", parts.side.len()));
+                    }
+                    let w =
+                        codebook.weights.as_ref().ok_or_else(|| corrupt!("a block uses fitted prediction but the array has no weights"))?;
+                    fitted::decode(unit, &q, &syms, &parts.exact, w, mask.as_deref())?
+                }
+            };
             for (i, x) in parts.patches {
                 values[i] = x;
             }
@@ -431,13 +503,17 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
 /// A partial block's symbols with the zero-residual code put back at its absent cells, which
 /// the encoder dropped: their places in the walk come from walking a stand-in block with the
 /// same absent cells.
-fn with_absent(kind: PredictorKind, side: &[u8], mask: &[bool], unit: &[usize], q: &Quantizer, coded: &[u16]) -> Result<Vec<u16>> {
-    if kind == PredictorKind::DualQuant {
-        return Err(corrupt!("a partial block cannot use dual quantization"));
-    }
-    let p = predictor::from_side(kind, side)?;
-    let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
-    let absent = predictor::encode(&p, Cow::Owned(stand_in), unit, q).absent;
+fn with_absent(kind: BlockKind, side: &[u8], mask: &[bool], unit: &[usize], q: &Quantizer, coded: &[u16]) -> Result<Vec<u16>> {
+    let absent: Vec<usize> = match kind {
+        BlockKind::Kind(PredictorKind::DualQuant) => return Err(corrupt!("a partial block cannot use dual quantization")),
+        // Fitted prediction walks in C order, as the mask lists the cells.
+        BlockKind::Fitted => mask.iter().enumerate().filter(|(_, &m)| !m).map(|(k, _)| k).collect(),
+        BlockKind::Kind(kind) => {
+            let p = predictor::from_side(kind, side)?;
+            let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
+            predictor::encode(&p, Cow::Owned(stand_in), unit, q).absent
+        }
+    };
     let mut full = Vec::with_capacity(mask.len());
     let mut next = coded.iter();
     let mut absent = absent.iter().peekable();
@@ -473,7 +549,7 @@ mod tests {
         for adaptive in [false, true] {
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-3, adaptive).unwrap();
             let set = enc.predict(&blocks).unwrap();
-            let codebook = SharedCodebook::from_histogram(&set.histogram());
+            let codebook = SharedCodebook::from_histogram(&set.histogram(), enc.weights());
             let bytes = set.finish(&codebook, 0).unwrap();
             let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
             let back = decode::<f64>(&bytes, &codebook, &unit, 1e-3, 60).unwrap();
@@ -499,7 +575,7 @@ mod tests {
         let enc =
             BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(1e-2)), 1e-2, true).unwrap();
         let set = enc.predict(&blocks).unwrap();
-        let codebook = SharedCodebook::from_histogram(&set.histogram());
+        let codebook = SharedCodebook::from_histogram(&set.histogram(), enc.weights());
         let bytes = set.finish(&codebook, 0).unwrap();
         for cut in 0..bytes.len() {
             assert!(decode::<f32>(&bytes[..cut], &codebook, &unit, 1e-2, 5).is_err());
@@ -509,5 +585,71 @@ mod tests {
             bad[i] ^= 0x41;
             assert!(decode::<f32>(&bad, &codebook, &unit, 1e-2, 5).is_err(), "flip at {i}");
         }
+    }
+
+    /// Smooth 16^3 blocks of one field (not a sum of one-coordinate functions, which Lorenzo
+    /// predicts exactly), some partial: a slab, a checkerboard and an empty corner absent.
+    fn smooth_blocks() -> Vec<Block<f64>> {
+        (0..10u64)
+            .map(|p| {
+                let values = (0..4096)
+                    .map(|i| {
+                        let (x, y, z) = ((i / 256) as f64 + 16.0 * p as f64, (i / 16 % 16) as f64, (i % 16) as f64);
+                        (0.11 * x + 0.07 * y).sin() * (0.09 * z - 0.05 * x).cos() * 50.0 + 300.0
+                    })
+                    .collect();
+                let mask = match p {
+                    3 => Some((0..4096).map(|i| i / 256 >= 5).collect()),
+                    6 => Some((0..4096).map(|i| (i + i / 16 + i / 256) % 2 == 0).collect()),
+                    8 => Some((0..4096).map(|i| i / 256 > 8 || i % 16 > 8).collect()),
+                    _ => None,
+                };
+                Block { position: p, values, mask }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fitted_blocks_round_trip_and_need_their_weights() {
+        let unit = [16, 16, 16];
+        let blocks = smooth_blocks();
+        let eb = 1e-5;
+        let enc =
+            BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(eb)), eb, true).unwrap();
+        assert_eq!(enc.predictor_name(), "fitted");
+        let set = enc.predict(&blocks).unwrap();
+        let codebook = SharedCodebook::from_bytes(&SharedCodebook::from_histogram(&set.histogram(), enc.weights()).to_bytes()).unwrap();
+        let bytes = set.finish(&codebook, 0).unwrap();
+        let back = decode::<f64>(&bytes, &codebook, &unit, eb, 10).unwrap();
+        for (a, b) in blocks.iter().zip(&back) {
+            assert_eq!(a.mask, b.mask);
+            for (i, (x, y)) in a.values.iter().zip(&b.values).enumerate() {
+                assert!(a.mask.as_ref().is_some_and(|m| !m[i]) || (x - y).abs() <= eb, "block {} cell {i}: {x} {y}", a.position);
+            }
+        }
+        // The same codebook without the weights cannot decode the set.
+        let bare = SharedCodebook::from_histogram(&set.histogram(), None);
+        assert!(decode::<f64>(&bytes, &bare, &unit, eb, 10).is_err());
+    }
+
+    #[test]
+    fn damaged_shared_tables_fail_cleanly() {
+        let blocks = smooth_blocks();
+        let enc =
+            BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &[16, 16, 16], &Config::new(ErrorBound::Absolute(1e-5)), 1e-5, true)
+                .unwrap();
+        let histogram = enc.predict(&blocks).unwrap().histogram();
+        let tables = SharedCodebook::from_histogram(&histogram, enc.weights()).to_bytes();
+        let book_len = SharedCodebook::from_histogram(&histogram, None).to_bytes().len();
+        assert_eq!(tables[book_len], WEIGHTS_TAG);
+        for cut in book_len + 1..tables.len() {
+            assert!(SharedCodebook::from_bytes(&tables[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut bad = tables.clone();
+        bad[book_len] = b'X';
+        assert!(SharedCodebook::from_bytes(&bad).is_err());
+        bad = tables.clone();
+        bad.push(0);
+        assert!(SharedCodebook::from_bytes(&bad).is_err());
     }
 }

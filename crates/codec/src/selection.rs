@@ -6,6 +6,7 @@ use crate::entropy::frames::{level_for, zstd_compress};
 use crate::entropy::huffman::{add_counts, Codebook};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
+use crate::predictor::fitted::{self, Weights};
 use crate::predictor::{self, Arithmetic, Coded, DimOrder, LevelBounds, Predictor, PredictorKind, Settings, Spline};
 use crate::quantizer::Quantizer;
 use crate::{Config, Preset};
@@ -94,8 +95,13 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 /// pass (see `blockset`); otherwise each sample is coded like a chunk of its own.
 fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
     let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, Cow::Borrowed(data), shape, q)).collect();
+    coded_size(&coded, q, preset, pooled)
+}
+
+/// Compressed size of the samples' codes (see `estimate`).
+fn coded_size<T: Element>(coded: &[Coded<T>], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
     let mut hist = vec![0u64; q.alphabet()];
-    for c in &coded {
+    for c in coded {
         add_counts(&mut hist, &c.symbols);
     }
     let codebook = Codebook::from_histogram(&hist);
@@ -105,7 +111,7 @@ fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Qua
     let mut size = bits.len();
     let pack = |bits: &[u8]| level_for(preset, bits).map_or(bits.len(), |level| zstd_compress(bits, level).len().min(bits.len()));
     bits.clear();
-    for c in &coded {
+    for c in coded {
         if !pooled {
             bits.clear();
         }
@@ -184,8 +190,37 @@ fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Pre
 }
 
 /// The predictor for a set of unit blocks predicted one by one (`blockset`), from `samples`
-/// (full blocks, finite values): regression takes `regression_block`.
+/// (full blocks, finite values): regression takes `regression_block`. With weights (fitted on
+/// `samples`), fitted prediction (see `predictor::fitted`) codes `judge`, blocks drawn as they
+/// come (absent cells NaN), smaller than the predictor returned.
 pub fn choose_for_blocks<T: Element>(
+    samples: &[(Vec<T>, Vec<usize>)],
+    judge: &[(Vec<T>, Vec<usize>)],
+    q: &Quantizer,
+    config: &Config,
+    regression_block: usize,
+) -> (Predictor, Option<Weights>) {
+    let standard = choose_standard_for_blocks(samples, q, config, regression_block);
+    let ndim = samples.first().map_or(1, |(_, shape)| shape.len());
+    // Only where the choice is the codec's: a predictor asked for is the one used.
+    if config.predictor.is_some() || config.preset != Preset::Ratio || q.eb() == 0.0 || !Weights::supports(ndim) {
+        return (standard, None);
+    }
+    // Below half a bit per cell the codes are mostly zeros, whose runs the lossless stage packs:
+    // there samples of a few hundred bytes misjudge whole levels, and the smooth predictors
+    // win anyway; fitted prediction pays where residuals span many codes.
+    let best = estimate(&standard, judge, q, config.preset, true);
+    let cells: usize = judge.iter().map(|(data, _)| data.len()).sum();
+    if best * 16 < cells {
+        return (standard, None);
+    }
+    let Some(weights) = Weights::fit(samples, q.eb()) else { return (standard, None) };
+    let coded: Vec<Coded<T>> = judge.par_iter().map(|(data, shape)| fitted::encode(data, shape, q, &weights)).collect();
+    let fitted = coded_size(&coded, q, config.preset, true);
+    (standard, (fitted < best).then_some(weights))
+}
+
+fn choose_standard_for_blocks<T: Element>(
     samples: &[(Vec<T>, Vec<usize>)],
     q: &Quantizer,
     config: &Config,

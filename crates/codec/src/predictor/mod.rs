@@ -4,6 +4,7 @@
 //! the prediction arithmetic.
 
 mod dual_quant;
+pub mod fitted;
 mod interpolation;
 mod lorenzo;
 mod regression;
