@@ -123,8 +123,9 @@ pub struct BlockSetEncoder {
     unit: Vec<usize>,
     q: Quantizer,
     predictor: Predictor,
-    /// Weights when fitted prediction codes the blocks (`predictor` is then unused).
-    fitted: Option<Weights>,
+    /// Weights when fitted prediction codes the blocks (`predictor` is then unused), with the
+    /// stencils for the unit shape.
+    fitted: Option<(Weights, fitted::Walker)>,
     preset: Preset,
 }
 
@@ -175,6 +176,7 @@ impl BlockSetEncoder {
         } else {
             selection::choose_for_blocks(&samples, &judge, &q, config, regression_block(unit.len(), edge, adaptive_block))
         };
+        let fitted = fitted.and_then(|w| fitted::Walker::new(unit, &w).map(|walker| (w, walker)));
         Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, fitted, preset: config.preset })
     }
 
@@ -189,7 +191,7 @@ impl BlockSetEncoder {
 
     /// The fitted prediction weights every codebook of the array must carry, if any.
     pub fn weights(&self) -> Option<&Weights> {
-        self.fitted.as_ref()
+        self.fitted.as_ref().map(|(w, _)| w)
     }
 
     /// Size of the symbol alphabet, which histograms for `PredictedSet::add_counts_to` span.
@@ -220,7 +222,7 @@ impl BlockSetEncoder {
         }
         let (values, patches) = marked(b);
         let (kind, mut coded) = match (&self.fitted, b.mask.is_some(), self.predictor) {
-            (Some(w), _, _) => (BlockKind::Fitted, fitted::encode(&values, &self.unit, &self.q, w)),
+            (Some((_, walker)), _, _) => (BlockKind::Fitted, fitted::encode(&values, &self.q, walker)),
             // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
             (None, true, Predictor::DualQuant) => {
                 (BlockKind::Kind(PredictorKind::Lorenzo), predictor::encode(&Predictor::Lorenzo, values, &self.unit, &self.q))
@@ -467,6 +469,7 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
     let (symbols, _) = read_segments(&mut r, total, &codebook.codebook)?;
+    let walker = codebook.weights.as_ref().and_then(|w| fitted::Walker::new(unit, w));
     let mut starts = Vec::with_capacity(counts.len());
     counts.iter().fold(0, |acc, &c| {
         starts.push(acc);
@@ -487,9 +490,10 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
                     if !parts.side.is_empty() {
                         return Err(corrupt!("a fitted block carries {} bytes of side information", parts.side.len()));
                     }
-                    let w =
-                        codebook.weights.as_ref().ok_or_else(|| corrupt!("a block uses fitted prediction but the array has no weights"))?;
-                    fitted::decode(unit, &q, &syms, &parts.exact, w, mask.as_deref())?
+                    let walker = walker
+                        .as_ref()
+                        .ok_or_else(|| corrupt!("a block uses fitted prediction but the array has no weights for its blocks"))?;
+                    fitted::decode(&q, &syms, &parts.exact, walker, mask.as_deref())?
                 }
             };
             for (i, x) in parts.patches {

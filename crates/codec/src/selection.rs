@@ -215,7 +215,9 @@ pub fn choose_for_blocks<T: Element>(
         return (standard, None);
     }
     let Some(weights) = Weights::fit(samples, q.eb()) else { return (standard, None) };
-    let coded: Vec<Coded<T>> = judge.par_iter().map(|(data, shape)| fitted::encode(data, shape, q, &weights)).collect();
+    let coded: Option<Vec<Coded<T>>> =
+        judge.par_iter().map(|(data, shape)| fitted::Walker::new(shape, &weights).map(|walker| fitted::encode(data, q, &walker))).collect();
+    let Some(coded) = coded else { return (standard, None) };
     let fitted = coded_size(&coded, q, config.preset, true);
     (standard, (fitted < best).then_some(weights))
 }

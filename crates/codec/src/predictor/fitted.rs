@@ -231,11 +231,45 @@ impl Stencil {
     /// `sum of weights[j] * x(i - back[j])` from 0.0, term by term in order.
     #[inline(always)]
     fn predict<T: Element>(&self, buf: &[T], i: usize) -> f64 {
+        debug_assert!(self.back.iter().all(|&o| o <= i));
         let mut p = 0.0;
         for (&o, &w) in self.back.iter().zip(&self.weights) {
-            p += w * buf[i - o].to_f64();
+            // Safety: the walk predicts only points whose stencil lies within the padded
+            // buffer (the padding is as deep as the stencil is far), so 0 <= i - o < i.
+            p += w * unsafe { buf.get_unchecked(i - o) }.to_f64();
         }
         p
+    }
+}
+
+/// The stencils for blocks of one shape, built once for all the blocks of an array.
+pub struct Walker {
+    shape: Vec<usize>,
+    /// Strides of the padded buffer.
+    ps: Vec<usize>,
+    len: usize,
+    far: Stencil,
+    near: Stencil,
+    lorenzo: Stencil,
+}
+
+impl Walker {
+    /// `None` when the weights were fitted for another dimensionality than `shape`'s.
+    pub fn new(shape: &[usize], w: &Weights) -> Option<Walker> {
+        let nd = shape.len();
+        if nd != w.ndim {
+            return None;
+        }
+        let padded: Vec<usize> = shape.iter().map(|&n| n + PAD).collect();
+        let ps = c_strides(&padded);
+        Some(Walker {
+            shape: shape.to_vec(),
+            len: padded.iter().product(),
+            far: Stencil::new(&offsets(nd, 2), &ps, w.far.clone()),
+            near: Stencil::new(&offsets(nd, 1), &ps, w.near.clone()),
+            lorenzo: Stencil::new(&offsets(nd, 1), &ps, lorenzo_signs(nd)),
+            ps,
+        })
     }
 }
 
@@ -245,26 +279,39 @@ impl Stencil {
 /// false) takes the mean of the points one step behind it along each dimension: the fitted
 /// weights extrapolate well from data but would compound their own extrapolations across an
 /// absent region, while a mean stays within what it averages.
-fn walk<T: Element, V: Visit<T>>(shape: &[usize], w: &Weights, values: Option<&[T]>, present: Option<&[bool]>, v: &mut V) -> Vec<T> {
+fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present: Option<&[bool]>, v: &mut V) -> Vec<T> {
+    let Walker { shape, ps, len, far, near, lorenzo } = walker;
     let nd = shape.len();
-    let padded: Vec<usize> = shape.iter().map(|&n| n + PAD).collect();
-    let ps = c_strides(&padded);
-    let mut buf = vec![T::default(); padded.iter().product()];
+    let mut buf = vec![T::default(); *len];
     // Which points of the padded buffer hold stored values (the padding and absent points do not).
     let mut stored = vec![false; if present.is_some() { buf.len() } else { 0 }];
-    let far = Stencil::new(&offsets(nd, 2), &ps, w.far.clone());
-    let near = Stencil::new(&offsets(nd, 1), &ps, w.near.clone());
-    let lorenzo = Stencil::new(&offsets(nd, 1), &ps, lorenzo_signs(nd));
     let all_stored = |st: &Stencil, stored: &[bool], i: usize| stored.is_empty() || st.back.iter().all(|&o| stored[i - o]);
     let mut out = Vec::with_capacity(shape.iter().product());
     let n = shape[nd - 1];
+    // The far stencil's last two offsets are the row's own two points before; the others lie in
+    // earlier rows, so their terms can be summed for a whole row at once (vectorized), in the
+    // same order as point by point: then only the last two terms wait for the row's own points.
+    let earlier = far.back.len() - 2;
+    let mut partial = vec![0.0f64; n];
     crate::grid::for_each_index(&shape[..nd - 1], |outer| {
-        let base: usize = outer.iter().zip(&ps).map(|(&p, &s)| (p + PAD) * s).sum::<usize>() + PAD;
+        let base: usize = outer.iter().zip(ps.iter()).map(|(&p, &s)| (p + PAD) * s).sum::<usize>() + PAD;
         let inner = outer.iter().copied().min().unwrap_or(usize::MAX);
-        for x in 0..n {
+        let whole_row = present.is_none() && inner >= 2 && n > 2;
+        if whole_row {
+            let acc = &mut partial[2..];
+            acc.fill(0.0);
+            for (&o, &w) in far.back[..earlier].iter().zip(&far.weights) {
+                for (a, x) in acc.iter_mut().zip(&buf[base + 2 - o..base + n - o]) {
+                    *a += w * x.to_f64();
+                }
+            }
+        }
+        for (x, &earlier_terms) in partial.iter().enumerate() {
             let i = base + x;
             let k = out.len();
-            let pred = if present.is_some_and(|m| !m[k]) {
+            let pred = if whole_row && x >= 2 {
+                earlier_terms + far.weights[earlier] * buf[i - 2].to_f64() + far.weights[earlier + 1] * buf[i - 1].to_f64()
+            } else if present.is_some_and(|m| !m[k]) {
                 // One step back along each dimension the point is not on the face of.
                 let (mut sum, mut count) = (0.0, 0u32);
                 for (d, &stride) in ps.iter().enumerate() {
@@ -280,9 +327,9 @@ fn walk<T: Element, V: Visit<T>>(shape: &[usize], w: &Weights, values: Option<&[
                 }
             } else {
                 let depth = inner.min(x);
-                if depth >= 2 && all_stored(&far, &stored, i) {
+                if depth >= 2 && all_stored(far, &stored, i) {
                     far.predict(&buf, i)
-                } else if depth >= 1 && all_stored(&near, &stored, i) {
+                } else if depth >= 1 && all_stored(near, &stored, i) {
                     near.predict(&buf, i)
                 } else {
                     lorenzo.predict(&buf, i)
@@ -299,32 +346,22 @@ fn walk<T: Element, V: Visit<T>>(shape: &[usize], w: &Weights, values: Option<&[
     out
 }
 
-pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, w: &Weights) -> Coded<T> {
-    assert_eq!(shape.len(), w.ndim, "weights fitted for another dimensionality");
+/// Codes a block of the walker's shape (`data` in C order, NaN at absent cells).
+pub fn encode<T: Element>(data: &[T], q: &Quantizer, walker: &Walker) -> Coded<T> {
     let mut symbols = vec![0u16; data.len()];
     let mut v = EncodeVisitor::new(q, &mut symbols);
     // NaN marks an absent cell (real NaNs are patched out before prediction).
     let present: Option<Vec<bool>> = data.iter().any(|x| x.to_f64().is_nan()).then(|| data.iter().map(|x| !x.to_f64().is_nan()).collect());
-    walk(shape, w, Some(data), present.as_deref(), &mut v);
+    walk(walker, Some(data), present.as_deref(), &mut v);
     let (exact, absent) = (v.exact, v.absent);
     Coded { symbols, exact, side: Vec::new(), absent }
 }
 
 /// Decodes a block whose stored cells are `present` (`None`: all); `symbols` has the zero-residual
 /// code at the absent ones.
-pub fn decode<T: Element>(
-    shape: &[usize],
-    q: &Quantizer,
-    symbols: &[u16],
-    exact: &[T],
-    w: &Weights,
-    present: Option<&[bool]>,
-) -> Result<Vec<T>> {
-    if shape.len() != w.ndim {
-        return Err(corrupt!("fitted prediction weights for {} dimensions, blocks of {}", w.ndim, shape.len()));
-    }
+pub fn decode<T: Element>(q: &Quantizer, symbols: &[u16], exact: &[T], walker: &Walker, present: Option<&[bool]>) -> Result<Vec<T>> {
     let mut v = DecodeVisitor::new(q, symbols, exact)?;
-    Ok(walk(shape, w, None, present, &mut v))
+    Ok(walk(walker, None, present, &mut v))
 }
 
 #[cfg(test)]
@@ -358,7 +395,7 @@ mod tests {
         for shape in [vec![9usize], vec![7, 6], vec![5, 4, 6]] {
             let data = smooth(&shape, 0.3);
             let q = Quantizer::new(1e-3, DEFAULT_RADIUS);
-            let ours = encode(&data, &shape, &q, &Weights::lorenzo(shape.len()));
+            let ours = encode(&data, &q, &Walker::new(&shape, &Weights::lorenzo(shape.len())).unwrap());
             let theirs = super::super::lorenzo::encode(&data, &shape, &q);
             assert_eq!(ours.symbols, theirs.symbols, "{shape:?}");
         }
@@ -374,10 +411,11 @@ mod tests {
         let q = Quantizer::new(eb, DEFAULT_RADIUS);
         let spread = |s: &[u16]| s.iter().map(|&v| (v as i64 - q.zero_symbol() as i64).unsigned_abs()).sum::<u64>();
         let data = smooth(&shape, 7.0);
-        let ours = encode(&data, &shape, &q, &w);
+        let walker = Walker::new(&shape, &w).unwrap();
+        let ours = encode(&data, &q, &walker);
         let theirs = super::super::lorenzo::encode(&data, &shape, &q);
         assert!(spread(&ours.symbols) * 4 < spread(&theirs.symbols) * 3, "{} vs {}", spread(&ours.symbols), spread(&theirs.symbols));
-        let back = decode(&shape, &q, &ours.symbols, &ours.exact, &w, None).unwrap();
+        let back = decode(&q, &ours.symbols, &ours.exact, &walker, None).unwrap();
         assert!(back.iter().zip(&data).all(|(a, b)| (a - b).abs() <= eb));
     }
 
