@@ -7,9 +7,10 @@
 //! the residuals of Lorenzo by half and more. The weights come from a sample of the array's
 //! blocks and are shared by all of them (stored once per array, beside its codebook).
 //!
-//! Points nearer than two cells to a block's lower faces lack part of that cube: those one cell
-//! in use the fitted weights of the Lorenzo cube (`2^d - 1` points), and those on a face use
-//! Lorenzo itself over a zero layer, as the Lorenzo predictor does.
+//! Points nearer than two cells to a block's lower faces lack part of that cube: each uses the
+//! part it has (the cube reaching `min(p_k, 2)` cells back along dimension `k`), with weights
+//! fitted for that part. There are `3^d` such classes; a face point thus gets a fitted stencil
+//! in the face instead of Lorenzo's.
 //!
 //! Weights are fitted under the constraint that they sum to one (a constant field is predicted
 //! exactly, whatever its level, and the fit is conditioned on differences, not magnitudes), with
@@ -21,6 +22,7 @@ use crate::bytes::ByteReader;
 use crate::element::Element;
 use crate::error::{corrupt, Result};
 use crate::quantizer::Quantizer;
+use rayon::prelude::*;
 
 /// Cells before index 0 of every dimension, read as zeros by the face points' Lorenzo.
 const PAD: usize = 2;
@@ -29,26 +31,45 @@ const PAD: usize = 2;
 const FIT_ROWS: usize = 1 << 13;
 const MAX_DIMS: usize = 3;
 
-/// The two stencils' weights, in the order of `offsets(ndim, reach)`.
+/// The weights of every class's stencil (`classes(ndim)` order, each in `offsets` order).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Weights {
     ndim: usize,
-    far: Vec<f64>,
-    near: Vec<f64>,
+    classes: Vec<Vec<f64>>,
 }
 
-/// Offsets of the cube `reach` cells behind a point, as digits in `-reach..=0` per dimension,
-/// the slowest dimension first, the point itself excluded; C order (format.md, section 14.3).
-fn offsets(ndim: usize, reach: usize) -> Vec<Vec<isize>> {
-    let side = reach + 1;
-    let count = side.pow(ndim as u32);
-    (0..count - 1).map(|m| (0..ndim).map(|d| (m / side.pow((ndim - 1 - d) as u32) % side) as isize - reach as isize).collect()).collect()
+/// Every class: per dimension how many cells back the stencil reaches (0, 1 or 2), in C order
+/// of those reaches; the last is the full cube two behind (format.md, section 14.2).
+fn classes(ndim: usize) -> Vec<Vec<usize>> {
+    (0..3usize.pow(ndim as u32)).map(|m| (0..ndim).map(|d| m / 3usize.pow((ndim - 1 - d) as u32) % 3).collect()).collect()
 }
 
-/// Lorenzo's signs on the cube one cell behind (`offsets(ndim, 1)`): `+1` for an odd number
-/// of steps back, `-1` for an even one.
-fn lorenzo_signs(ndim: usize) -> Vec<f64> {
-    offsets(ndim, 1).iter().map(|o| if o.iter().filter(|&&v| v != 0).count() % 2 == 1 { 1.0 } else { -1.0 }).collect()
+/// The class of a point `depth[k] = min(p_k, 2)` cells in along each dimension.
+fn class_index(depth: impl Iterator<Item = usize>) -> usize {
+    depth.fold(0, |acc, d| acc * 3 + d.min(2))
+}
+
+/// Offsets of the cube reaching `reach[k]` cells behind a point along dimension `k`, the point
+/// itself excluded, in C order (the slowest dimension's digit first).
+fn offsets(reach: &[usize]) -> Vec<Vec<isize>> {
+    let mut out = vec![Vec::new()];
+    for &r in reach {
+        out = out.into_iter().flat_map(|o: Vec<isize>| (0..=r).map(move |v| [o.clone(), vec![v as isize - r as isize]].concat())).collect();
+    }
+    out.pop(); // the point itself, last in C order
+    out
+}
+
+/// Lorenzo's signs on `offs`: `+1` for an odd number of steps back, `-1` for an even one, and
+/// 0 for an offset reaching two cells back along some dimension (outside Lorenzo's cube).
+fn lorenzo_signs(offs: &[Vec<isize>]) -> Vec<f64> {
+    offs.iter()
+        .map(|o| match (o.iter().any(|&v| v < -1), o.iter().filter(|&&v| v != 0).count() % 2) {
+            (true, _) => 0.0,
+            (false, 1) => 1.0,
+            (false, _) => -1.0,
+        })
+        .collect()
 }
 
 impl Weights {
@@ -57,18 +78,10 @@ impl Weights {
         (1..=MAX_DIMS).contains(&ndim)
     }
 
-    /// Lorenzo's own weights in both stencils (far: the corners of the near cube, others 0).
+    /// Lorenzo's own weights in every class.
     #[cfg(test)]
     fn lorenzo(ndim: usize) -> Weights {
-        let near = lorenzo_signs(ndim);
-        let far = offsets(ndim, 2)
-            .iter()
-            .map(|o| {
-                let near_at = offsets(ndim, 1).iter().position(|n| n == o);
-                near_at.map_or(0.0, |j| near[j])
-            })
-            .collect();
-        Weights { ndim, far, near }
+        Weights { ndim, classes: classes(ndim).iter().map(|c| lorenzo_signs(&offsets(c))).collect() }
     }
 
     /// Least-squares weights for the blocks `samples` (values in C order over their shape; NaN
@@ -81,15 +94,15 @@ impl Weights {
         }
         let rows: usize = samples.iter().map(|(_, shape)| shape.iter().map(|&n| n.saturating_sub(PAD)).product::<usize>()).sum();
         let step = rows.div_ceil(FIT_ROWS).max(1);
-        let far = fit_stencil(samples, &offsets(ndim, 2), step, eb)?;
-        let near = fit_stencil(samples, &offsets(ndim, 1), step, eb)?;
-        Some(Weights { ndim, far, near })
+        // Each class on its own: independent fits, run side by side.
+        let classes = classes(ndim).par_iter().map(|c| fit_stencil(samples, &offsets(c), step, eb)).collect::<Option<_>>()?;
+        Some(Weights { ndim, classes })
     }
 
     pub fn write(&self, out: &mut Vec<u8>) {
         out.push(self.ndim as u8);
-        for w in self.far.iter().chain(&self.near) {
-            out.extend_from_slice(&w.to_le_bytes());
+        for w in self.classes.iter().flatten() {
+            out.extend_from_slice(&(*w as f32).to_le_bytes());
         }
     }
 
@@ -102,7 +115,7 @@ impl Weights {
         let mut take = |n: usize| -> Result<Vec<f64>> {
             (0..n)
                 .map(|_| {
-                    let w = f64::from_le_bytes(r.take(8, "fitted prediction weight")?.try_into().expect("8 bytes"));
+                    let w = f32::from_le_bytes(r.take(4, "fitted prediction weight")?.try_into().expect("4 bytes")) as f64;
                     if w.is_finite() {
                         Ok(w)
                     } else {
@@ -111,9 +124,8 @@ impl Weights {
                 })
                 .collect()
         };
-        let far = take(3usize.pow(ndim as u32) - 1)?;
-        let near = take((1usize << ndim) - 1)?;
-        Ok(Weights { ndim, far, near })
+        let classes = classes(ndim).iter().map(|c| take(offsets(c).len())).collect::<Result<_>>()?;
+        Ok(Weights { ndim, classes })
     }
 }
 
@@ -122,6 +134,10 @@ impl Weights {
 /// variance of those differences' reconstruction noise (each side uniform within `eb`) per row.
 fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], offs: &[Vec<isize>], step: usize, eb: f64) -> Option<Vec<f64>> {
     let k = offs.len();
+    // The class of a block's first point has no stencil; one point alone gets the whole weight.
+    if k <= 1 {
+        return Some(vec![1.0; k]);
+    }
     let free = k - 1;
     let mut g = vec![0.0f64; free * free];
     let mut b = vec![0.0f64; free];
@@ -168,6 +184,9 @@ fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], offs: &[Vec<isize>]
     let mut w = Vec::with_capacity(k);
     w.push(1.0 - rest.iter().sum::<f64>());
     w.extend(rest);
+    // Stored as binary32 (the metadata of small arrays is read with every region): the coder
+    // uses the stored values, so encoder and decoder agree.
+    let w: Vec<f64> = w.iter().map(|&v| v as f32 as f64).collect();
     w.iter().all(|v| v.is_finite()).then_some(w)
 }
 
@@ -248,8 +267,9 @@ pub struct Walker {
     /// Strides of the padded buffer.
     ps: Vec<usize>,
     len: usize,
-    far: Stencil,
-    near: Stencil,
+    /// Per class, its fitted stencil.
+    classes: Vec<Stencil>,
+    /// Lorenzo over the cube one cell back, for points whose class stencil reads absent cells.
     lorenzo: Stencil,
 }
 
@@ -262,25 +282,25 @@ impl Walker {
         }
         let padded: Vec<usize> = shape.iter().map(|&n| n + PAD).collect();
         let ps = c_strides(&padded);
+        let near = offsets(&vec![1; nd]);
         Some(Walker {
             shape: shape.to_vec(),
             len: padded.iter().product(),
-            far: Stencil::new(&offsets(nd, 2), &ps, w.far.clone()),
-            near: Stencil::new(&offsets(nd, 1), &ps, w.near.clone()),
-            lorenzo: Stencil::new(&offsets(nd, 1), &ps, lorenzo_signs(nd)),
+            classes: classes(nd).iter().zip(&w.classes).map(|(c, cw)| Stencil::new(&offsets(c), &ps, cw.clone())).collect(),
+            lorenzo: Stencil::new(&near, &ps, lorenzo_signs(&near)),
             ps,
         })
     }
 }
 
-/// Visits the block in C order. A stored point is predicted from the far stencil when it is at
-/// least two cells in along every dimension and every point of that stencil is stored, else
-/// from the near one on the same terms one cell in, else by Lorenzo. An absent point (`present`
-/// false) takes the mean of the points one step behind it along each dimension: the fitted
-/// weights extrapolate well from data but would compound their own extrapolations across an
-/// absent region, while a mean stays within what it averages.
+/// Visits the block in C order. A stored point is predicted from its class's stencil when every
+/// point of it is stored, else by Lorenzo. An absent point (`present` false) takes the mean of
+/// the points one step behind it along each dimension: the fitted weights extrapolate well from
+/// data but would compound their own extrapolations across an absent region, while a mean stays
+/// within what it averages.
 fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present: Option<&[bool]>, v: &mut V) -> Vec<T> {
-    let Walker { shape, ps, len, far, near, lorenzo } = walker;
+    let Walker { shape, ps, len, classes, lorenzo } = walker;
+    let far = &classes[classes.len() - 1];
     let nd = shape.len();
     let mut buf = vec![T::default(); *len];
     // Which points of the padded buffer hold stored values (the padding and absent points do not).
@@ -326,11 +346,9 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
                     sum / count as f64
                 }
             } else {
-                let depth = inner.min(x);
-                if depth >= 2 && all_stored(far, &stored, i) {
-                    far.predict(&buf, i)
-                } else if depth >= 1 && all_stored(near, &stored, i) {
-                    near.predict(&buf, i)
+                let class = &classes[class_index(outer.iter().copied().chain([x]))];
+                if all_stored(class, &stored, i) {
+                    class.predict(&buf, i)
                 } else {
                     lorenzo.predict(&buf, i)
                 }
@@ -384,10 +402,14 @@ mod tests {
 
     #[test]
     fn offsets_are_the_cube_behind_in_c_order() {
-        assert_eq!(offsets(1, 2), vec![vec![-2], vec![-1]]);
-        assert_eq!(offsets(2, 1), vec![vec![-1, -1], vec![-1, 0], vec![0, -1]]);
-        assert_eq!(offsets(3, 2).len(), 26);
-        assert_eq!(lorenzo_signs(2), vec![-1.0, 1.0, 1.0]);
+        assert_eq!(offsets(&[2]), vec![vec![-2], vec![-1]]);
+        assert_eq!(offsets(&[1, 1]), vec![vec![-1, -1], vec![-1, 0], vec![0, -1]]);
+        assert_eq!(offsets(&[0, 2]), vec![vec![0, -2], vec![0, -1]]);
+        assert_eq!(offsets(&[2, 2, 2]).len(), 26);
+        assert!(offsets(&[0, 0]).is_empty());
+        assert_eq!(lorenzo_signs(&offsets(&[1, 1])), vec![-1.0, 1.0, 1.0]);
+        assert_eq!(classes(2).len(), 9);
+        assert_eq!(class_index([5, 1].into_iter()), 7);
     }
 
     #[test]
@@ -407,7 +429,7 @@ mod tests {
         let samples: Vec<(Vec<f64>, Vec<usize>)> = (0..4).map(|k| (smooth(&shape, k as f64), shape.to_vec())).collect();
         let eb = 1e-2;
         let w = Weights::fit(&samples, eb).expect("a fit");
-        assert!((w.far.iter().sum::<f64>() - 1.0).abs() < 1e-9 && (w.near.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        assert!(w.classes.iter().skip(1).all(|c| (c.iter().sum::<f64>() - 1.0).abs() < 1e-5));
         let q = Quantizer::new(eb, DEFAULT_RADIUS);
         let spread = |s: &[u16]| s.iter().map(|&v| (v as i64 - q.zero_symbol() as i64).unsigned_abs()).sum::<u64>();
         let data = smooth(&shape, 7.0);
@@ -431,7 +453,7 @@ mod tests {
         bad[0] = 4;
         assert!(Weights::read(&mut ByteReader::new(&bad)).is_err());
         bad = bytes.clone();
-        bad[1..9].copy_from_slice(&f64::NAN.to_le_bytes());
+        bad[1..5].copy_from_slice(&f32::NAN.to_le_bytes());
         assert!(Weights::read(&mut ByteReader::new(&bad)).is_err());
     }
 
