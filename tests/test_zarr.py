@@ -132,3 +132,19 @@ def test_store_arrays_open_in_zarr(tmp_path):
         ours = ds.read("T", level=L, covered="nan")
         np.testing.assert_array_equal(z[...], ours)
         np.testing.assert_array_equal(z[3:20, 5:9], ours[3:20, 5:9])
+
+
+def test_fitted_store_arrays_open_in_zarr(tmp_path):
+    # At tight bounds the store's arrays carry fitted prediction weights in their codec
+    # configuration; zarr-python decodes them like amrzip does.
+    import amrzip
+    from amrzip.amr.synthetic import nyx_like
+
+    h = nyx_like(n=32, levels=2, blocking_factor=8, max_grid_size=16)
+    amrzip.write(h, tmp_path / "s", rel=1e-5, snapshot="snap")
+    ds = amrzip.open(tmp_path / "s")
+    for L in range(2):
+        path = tmp_path / "s" / "snap" / f"level_{L}" / "density"
+        assert json.loads((path / "zarr.json").read_text())["codecs"][-1]["configuration"]["predictor"] == "fitted"
+        z = zarr.open_array(str(path), mode="r")
+        np.testing.assert_array_equal(z[...], ds.read("density", level=L, covered="nan"))
