@@ -94,10 +94,9 @@ impl Weights {
         if !(Weights::supports(ndim) && eb.is_finite() && eb > 0.0) {
             return None;
         }
-        let rows: usize = samples.iter().map(|(_, shape)| shape.iter().map(|&n| n.saturating_sub(PAD)).product::<usize>()).sum();
-        let step = rows.div_ceil(FIT_ROWS).max(1);
+        let rows = fit_rows(samples, &offsets(&vec![2; ndim]));
         // Each class on its own: independent fits, run side by side.
-        let classes = classes(ndim).par_iter().map(|c| fit_stencil(samples, &offsets(c), step, eb)).collect::<Option<_>>()?;
+        let classes = classes(ndim).par_iter().map(|c| fit_stencil(samples, &rows, &offsets(c), eb)).collect::<Option<_>>()?;
         Some(Weights { ndim, classes })
     }
 
@@ -131,10 +130,42 @@ impl Weights {
     }
 }
 
-/// Ridge least squares for one stencil, sum of weights fixed to one: the first offset's weight
-/// is one minus the others', so the fit regresses `y - x_0` on `x_j - x_0`. The ridge is the
-/// variance of those differences' reconstruction noise (each side uniform within `eb`) per row.
-fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], offs: &[Vec<isize>], step: usize, eb: f64) -> Option<Vec<f64>> {
+/// The rows to fit on, as (sample, index): up to `FIT_ROWS` points spread evenly over the
+/// samples' points at least two cells in, each with its whole cube `far` behind it finite (not
+/// absent), so every class fits on the same rows.
+fn fit_rows<T: Element>(samples: &[(Vec<T>, Vec<usize>)], far: &[Vec<isize>]) -> Vec<(usize, usize)> {
+    let interior = |shape: &[usize]| -> Vec<usize> { shape.iter().map(|&n| n.saturating_sub(PAD)).collect() };
+    let total: usize = samples.iter().map(|(_, shape)| interior(shape).iter().product::<usize>()).sum();
+    let step = total.div_ceil(FIT_ROWS).max(1);
+    let mut rows = Vec::new();
+    let mut seen = 0usize;
+    for (k, (values, shape)) in samples.iter().enumerate() {
+        let strides = c_strides(shape);
+        let lin = linear(far, &strides);
+        crate::grid::for_each_index(&interior(shape), |pos| {
+            seen += 1;
+            if (seen - 1) % step != 0 {
+                return;
+            }
+            let i: usize = pos.iter().zip(&strides).map(|(&p, &s)| (p + PAD) * s).sum();
+            if values[i].to_f64().is_finite() && lin.iter().all(|&o| values[i.wrapping_add_signed(o)].to_f64().is_finite()) {
+                rows.push((k, i));
+            }
+        });
+    }
+    rows
+}
+
+/// Offsets as index steps in an array of C strides `strides`.
+fn linear(offs: &[Vec<isize>], strides: &[usize]) -> Vec<isize> {
+    offs.iter().map(|o| o.iter().zip(strides).map(|(&d, &s)| d * s as isize).sum()).collect()
+}
+
+/// Ridge least squares for one stencil on `rows` (see `fit_rows`), sum of weights fixed to one:
+/// the first offset's weight is one minus the others', so the fit regresses `y - x_0` on
+/// `x_j - x_0`. The ridge is the variance of those differences' reconstruction noise (each side
+/// uniform within `eb`) per row.
+fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], rows: &[(usize, usize)], offs: &[Vec<isize>], eb: f64) -> Option<Vec<f64>> {
     let k = offs.len();
     // The class of a block's first point has no stencil; one point alone gets the whole weight.
     if k <= 1 {
@@ -144,36 +175,23 @@ fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], offs: &[Vec<isize>]
     let mut g = vec![0.0f64; free * free];
     let mut b = vec![0.0f64; free];
     let mut row = vec![0.0f64; k];
-    let mut count = 0usize;
-    let mut seen = 0usize;
-    for (values, shape) in samples {
-        let strides = c_strides(shape);
-        let lin: Vec<isize> = offs.iter().map(|o| o.iter().zip(&strides).map(|(&d, &s)| d * s as isize).sum()).collect();
-        let interior: Vec<usize> = shape.iter().map(|&n| n.saturating_sub(PAD)).collect();
-        crate::grid::for_each_index(&interior, |pos| {
-            seen += 1;
-            if (seen - 1) % step != 0 {
-                return;
+    let lins: Vec<Vec<isize>> = samples.iter().map(|(_, shape)| linear(offs, &c_strides(shape))).collect();
+    let count = rows.len();
+    for &(sample, i) in rows {
+        let (values, lin) = (&samples[sample].0, &lins[sample]);
+        let y = values[i].to_f64();
+        for (x, &o) in row.iter_mut().zip(lin) {
+            *x = values[i.wrapping_add_signed(o)].to_f64();
+        }
+        let base = row[0];
+        let t = y - base;
+        for a in 0..free {
+            let xa = row[a + 1] - base;
+            b[a] += xa * t;
+            for c in 0..=a {
+                g[a * free + c] += xa * (row[c + 1] - base);
             }
-            let i: usize = pos.iter().zip(&strides).map(|(&p, &s)| (p + PAD) * s).sum();
-            let y = values[i].to_f64();
-            for (x, &o) in row.iter_mut().zip(&lin) {
-                *x = values[i.wrapping_add_signed(o)].to_f64();
-            }
-            if !y.is_finite() || row.iter().any(|x| !x.is_finite()) {
-                return;
-            }
-            let base = row[0];
-            let t = y - base;
-            for a in 0..free {
-                let xa = row[a + 1] - base;
-                b[a] += xa * t;
-                for c in 0..=a {
-                    g[a * free + c] += xa * (row[c + 1] - base);
-                }
-            }
-            count += 1;
-        });
+        }
     }
     if count < 4 * k {
         return None;
@@ -318,6 +336,8 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
     crate::grid::for_each_index(&shape[..nd - 1], |outer| {
         let base: usize = outer.iter().zip(ps.iter()).map(|(&p, &s)| (p + PAD) * s).sum::<usize>() + PAD;
         let inner = outer.iter().copied().min().unwrap_or(usize::MAX);
+        // The class digits of the row's slower dimensions; the last one follows x.
+        let row_class = class_index(outer.iter().copied()) * 3;
         let whole_row = present.is_none() && inner >= 2 && n > 2;
         if whole_row {
             let acc = &mut partial[2..];
@@ -348,7 +368,7 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
                     sum / count as f64
                 }
             } else {
-                let class = &classes[class_index(outer.iter().copied().chain([x]))];
+                let class = &classes[row_class + x.min(2)];
                 if all_stored(class, &stored, i) {
                     class.predict(&buf, i)
                 } else {
