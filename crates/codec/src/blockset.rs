@@ -163,18 +163,20 @@ impl BlockSetEncoder {
         let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) =
             sample.iter().filter(|b| b.values.len() == n).partition(|b| b.mask.is_none());
         let pool: Vec<&&Block<T>> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
-        let step = pool.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
-        let samples: Vec<(Vec<T>, Vec<usize>)> = pool.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
+        // Up to the sample budget of `blocks`, spread evenly, ready for a predictor.
+        let spread = |blocks: &[&&Block<T>]| -> Vec<(Vec<T>, Vec<usize>)> {
+            let step = blocks.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
+            blocks.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect()
+        };
+        let samples = spread(&pool);
         // Fitted prediction is judged on blocks as they come, partial ones in their share: it
         // gains least where absent cells cut its stencil, so full blocks alone flatter it.
-        let all: Vec<&&Block<T>> = sample.iter().filter(|b| b.values.len() == n).collect();
-        let every = all.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
-        let judge: Vec<(Vec<T>, Vec<usize>)> = all.iter().step_by(every).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect();
+        let judge = || spread(&sample.iter().filter(|b| b.values.len() == n).collect::<Vec<_>>());
         let edge = *unit.iter().max().unwrap_or(&1);
         let (predictor, fitted) = if samples.is_empty() {
             (Predictor::Lorenzo, None)
         } else {
-            selection::choose_for_blocks(&samples, &judge, &q, config, regression_block(unit.len(), edge, adaptive_block))
+            selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block))
         };
         let fitted = fitted.and_then(|w| fitted::Walker::new(unit, &w).map(|walker| (w, walker)));
         Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, fitted, preset: config.preset })
@@ -469,7 +471,11 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
     let (symbols, _) = read_segments(&mut r, total, &codebook.codebook)?;
-    let walker = codebook.weights.as_ref().and_then(|w| fitted::Walker::new(unit, w));
+    // Stencils only for a set that has fitted blocks.
+    let walker = match &codebook.weights {
+        Some(w) if heads.iter().any(|(_, kind, _, _)| *kind == BlockKind::Fitted) => fitted::Walker::new(unit, w),
+        _ => None,
+    };
     let mut starts = Vec::with_capacity(counts.len());
     counts.iter().fold(0, |acc, &c| {
         starts.push(acc);

@@ -191,11 +191,12 @@ fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Pre
 
 /// The predictor for a set of unit blocks predicted one by one (`blockset`), from `samples`
 /// (full blocks, finite values): regression takes `regression_block`. With weights (fitted on
-/// `samples`), fitted prediction (see `predictor::fitted`) codes `judge`, blocks drawn as they
-/// come (absent cells NaN), smaller than the predictor returned.
+/// `samples`), fitted prediction (see `predictor::fitted`) codes `judge()`, blocks of the same
+/// shape drawn as they come (absent cells NaN), smaller than the predictor returned; `judge`
+/// is called only where fitted prediction is tried.
 pub fn choose_for_blocks<T: Element>(
     samples: &[(Vec<T>, Vec<usize>)],
-    judge: &[(Vec<T>, Vec<usize>)],
+    judge: impl FnOnce() -> Vec<(Vec<T>, Vec<usize>)>,
     q: &Quantizer,
     config: &Config,
     regression_block: usize,
@@ -209,15 +210,18 @@ pub fn choose_for_blocks<T: Element>(
     // Below half a bit per cell the codes are mostly zeros, whose runs the lossless stage packs:
     // there samples of a few hundred bytes misjudge whole levels, and the smooth predictors
     // win anyway; fitted prediction pays where residuals span many codes.
-    let best = estimate(&standard, judge, q, config.preset, true);
+    let judge = judge();
+    let best = estimate(&standard, &judge, q, config.preset, true);
     let cells: usize = judge.iter().map(|(data, _)| data.len()).sum();
     if best * 16 < cells {
         return (standard, None);
     }
     let Some(weights) = Weights::fit(samples, q.eb()) else { return (standard, None) };
-    let coded: Option<Vec<Coded<T>>> =
-        judge.par_iter().map(|(data, shape)| fitted::Walker::new(shape, &weights).map(|walker| fitted::encode(data, q, &walker))).collect();
-    let Some(coded) = coded else { return (standard, None) };
+    let Some(walker) = judge.first().and_then(|(_, shape)| fitted::Walker::new(shape, &weights)) else { return (standard, None) };
+    if judge.iter().any(|(_, shape)| shape != walker.shape()) {
+        return (standard, None);
+    }
+    let coded: Vec<Coded<T>> = judge.par_iter().map(|(data, _)| fitted::encode(data, q, &walker)).collect();
     let fitted = coded_size(&coded, q, config.preset, true);
     (standard, (fitted < best).then_some(weights))
 }

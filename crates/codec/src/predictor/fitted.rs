@@ -22,6 +22,7 @@ use super::{Coded, DecodeVisitor, EncodeVisitor, Visit};
 use crate::bytes::ByteReader;
 use crate::element::Element;
 use crate::error::{corrupt, Result};
+use crate::grid::{for_each_index, strides};
 use crate::quantizer::Quantizer;
 use rayon::prelude::*;
 
@@ -140,9 +141,9 @@ fn fit_rows<T: Element>(samples: &[(Vec<T>, Vec<usize>)], far: &[Vec<isize>]) ->
     let mut rows = Vec::new();
     let mut seen = 0usize;
     for (k, (values, shape)) in samples.iter().enumerate() {
-        let strides = c_strides(shape);
+        let strides = strides(shape);
         let lin = linear(far, &strides);
-        crate::grid::for_each_index(&interior(shape), |pos| {
+        for_each_index(&interior(shape), |pos| {
             seen += 1;
             if (seen - 1) % step != 0 {
                 return;
@@ -175,7 +176,7 @@ fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], rows: &[(usize, usi
     let mut g = vec![0.0f64; free * free];
     let mut b = vec![0.0f64; free];
     let mut row = vec![0.0f64; k];
-    let lins: Vec<Vec<isize>> = samples.iter().map(|(_, shape)| linear(offs, &c_strides(shape))).collect();
+    let lins: Vec<Vec<isize>> = samples.iter().map(|(_, shape)| linear(offs, &strides(shape))).collect();
     let count = rows.len();
     for &(sample, i) in rows {
         let (values, lin) = (&samples[sample].0, &lins[sample]);
@@ -247,14 +248,6 @@ fn cholesky_solve(g: &mut [f64], b: &mut [f64], n: usize) -> Option<Vec<f64>> {
     Some(b.to_vec())
 }
 
-fn c_strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
-
 /// A stencil in padded-buffer offsets (subtracted from a point's index) with its weights.
 struct Stencil {
     back: Vec<usize>,
@@ -263,7 +256,8 @@ struct Stencil {
 
 impl Stencil {
     fn new(offs: &[Vec<isize>], padded_strides: &[usize], weights: Vec<f64>) -> Stencil {
-        let back = offs.iter().map(|o| o.iter().zip(padded_strides).map(|(&d, &s)| (-d) as usize * s).sum()).collect();
+        // Offsets point back (every component <= 0), so each is minus a buffer distance.
+        let back = linear(offs, padded_strides).iter().map(|&o| o.unsigned_abs()).collect();
         Stencil { back, weights }
     }
 
@@ -294,6 +288,11 @@ pub struct Walker {
 }
 
 impl Walker {
+    /// The block shape the walker codes.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
     /// `None` when the weights were fitted for another dimensionality than `shape`'s.
     pub fn new(shape: &[usize], w: &Weights) -> Option<Walker> {
         let nd = shape.len();
@@ -301,7 +300,7 @@ impl Walker {
             return None;
         }
         let padded: Vec<usize> = shape.iter().map(|&n| n + PAD).collect();
-        let ps = c_strides(&padded);
+        let ps = strides(&padded);
         let near = offsets(&vec![1; nd]);
         Some(Walker {
             shape: shape.to_vec(),
@@ -333,7 +332,7 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
     // same order as point by point: then only the last two terms wait for the row's own points.
     let earlier = far.back.len() - 2;
     let mut partial = vec![0.0f64; n];
-    crate::grid::for_each_index(&shape[..nd - 1], |outer| {
+    for_each_index(&shape[..nd - 1], |outer| {
         let base: usize = outer.iter().zip(ps.iter()).map(|(&p, &s)| (p + PAD) * s).sum::<usize>() + PAD;
         let inner = outer.iter().copied().min().unwrap_or(usize::MAX);
         // The class digits of the row's slower dimensions; the last one follows x.
@@ -411,7 +410,7 @@ mod tests {
 
     fn smooth(shape: &[usize], phase: f64) -> Vec<f64> {
         let n: usize = shape.iter().product();
-        let st = c_strides(shape);
+        let st = strides(shape);
         (0..n)
             .map(|i| {
                 let c: Vec<f64> = st.iter().zip(shape).map(|(&s, &m)| ((i / s) % m) as f64).collect();
