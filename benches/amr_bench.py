@@ -17,7 +17,8 @@ Methods, each run per field with the same absolute bound eb = rel * (value range
                 field's own spread at box edges), compressed as one SZ3 array.
   ours-base     amrzip.write(..., sle=False, adaptive_block=False), every other setting default: the AMR store
                 without shared lossless encoding and the adaptive (regression) block rule.
-  ours-no-sle   amrzip.write(..., sle=False): one codebook per chunk instead of one per (level, field).
+  ours-no-sle   amrzip.write(..., sle=False): every chunk's entropy coder statistics its own instead of shared per
+                (level, field).
   ours-no-adaptive  amrzip.write(..., adaptive_block=False): regression blocks of 6 whatever the unit edge.
   ours-no-mean  amrzip.write(..., conserve_mean=False), every other setting default: what keeping each level's mean
                 costs (a level whose errors lean one way is otherwise coded with half the bound plus an offset).
@@ -33,8 +34,8 @@ SZ3 is pysz with SZ3's default predictor (interp + Lorenzo, chosen by sampling; 
 Metrics: ratio = bytes of the field over ALL cells of all levels as the source stores them (covered cells included, the
 same numerator for every method) / compressed payload bytes.  For the SZ3 baselines the payload is their SZ3 streams,
 which carry no box metadata; for the store it is what amrzip.write returns as summary["stored_bytes"]: the chunk files
-plus the shared codebooks.  The store's metadata (its zarr.json documents: box lists, geometry, bounds, codec
-settings, and the base64 text around the codebooks they carry) is reported beside it: "meta bytes" = every byte
+plus the shared tables (coder statistics, fitted weights).  The store's metadata (its zarr.json documents: box lists, geometry, bounds, codec
+settings, and the base64 text around the shared tables they carry) is reported beside it: "meta bytes" = every byte
 under the store's path - payload, and "ratio incl. meta" = source bytes / every byte under the path.  Comparisons at
 equal PSNR use the payload ratio (like for like).  PSNR, max error and the volume-weighted mean are taken over leaf
 cells only (cells no finer level covers), since the store rebuilds covered cells instead of storing them.  PSNR's
@@ -85,6 +86,11 @@ NOT_TARGETED = {
     ("pelelmex_3d", "x_velocity"): "solver roundoff, not flow: this run is 2-D (every other field is constant along x "
                                    "to 1e-13 of its range) and |x_velocity| <= 1.5e-13 m/s where y_velocity reaches 1.5 m/s; "
                                    "a bound relative to its own range asks for the roundoff pattern to 1e-5 of itself",
+    # only the 3x target: the per-box one is checked
+    ("nyx", "temp", "amrex-1d"): "mostly independent noise: the generator's 20% log-normal scatter, independent of the "
+                                 "density, spread evenly up to half the finest grid's Nyquist frequency; a non-causal "
+                                 "least-squares predictor from all 26 exact neighbours, which no coder can match, reaches "
+                                 "1.9x this baseline's ratio at rel 1e-5 (docs/amr.md)",
 }
 # the volume-weighted mean of ours: max relative change over the fields of a dataset at a bound
 MEAN_TARGETS = [("advection_2d", 1e-4, 1e-6)]
@@ -281,9 +287,9 @@ def store(**options):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         payload = int(summary["stored_bytes"])
-        # the payload is the chunk files (every file but the zarr.json documents) plus the codebooks those documents carry
+        # the payload is the chunk files (every file but the zarr.json documents) plus the shared tables those documents carry
         if not disk - docs <= payload <= disk:
-            raise RuntimeError(f"stored_bytes {payload} is not chunk files ({disk - docs} B) + codebooks (<= {docs} B)")
+            raise RuntimeError(f"stored_bytes {payload} is not chunk files ({disk - docs} B) + shared tables (<= {docs} B)")
         if [lev.boxes for lev in back.levels] != [lev.boxes for lev in h.levels]:  # same boxes, maybe reordered
             where = {(L, b): (L, i) for L, lev in enumerate(back.levels) for i, b in enumerate(lev.boxes)}
             out = {(L, i): out[where[(L, b)]] for L, lev in enumerate(h.levels) for i, b in enumerate(lev.boxes)}
@@ -313,7 +319,7 @@ class Run:
     bound: float  # value-range relative, over the field's leaf cells
     abs_bound: float
     orig_bytes: int  # all cells of all levels, as stored by the source
-    compressed_bytes: int = 0  # the payload: SZ3 streams, or the store's chunk files + codebooks (stored_bytes)
+    compressed_bytes: int = 0  # the payload: SZ3 streams, or the store's chunk files + shared tables (stored_bytes)
     ratio: float = float("nan")  # orig_bytes / compressed_bytes
     psnr: float = float("nan")  # over leaf cells, peak = their value range
     max_err: float = float("nan")  # over leaf cells
@@ -325,7 +331,7 @@ class Run:
     mean_ref: str = "mean"  # "mean": over |mean|; "range": over the leaf value range (the mean is ~0)
     mean_abs_change: float = float("nan")
     disk_bytes: int | None = None  # the store: every byte under its path (payload + metadata); None for the baselines
-    metadata_bytes: int | None = None  # disk_bytes - compressed_bytes: the zarr.json documents less the codebooks
+    metadata_bytes: int | None = None  # disk_bytes - compressed_bytes: the zarr.json documents less the shared tables
     ratio_incl_meta: float = float("nan")  # orig_bytes / disk_bytes
     violation: bool = False
     error: str | None = None
@@ -465,7 +471,7 @@ def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
         rows.append(cells)
     lines = [f"## Rate-distortion: ratio({ref}) / ratio(method) at equal PSNR", "",
              "Ratios are payload ratios (source bytes / compressed payload: SZ3 streams, or the store's chunk files + "
-             "codebooks), since the SZ3 baselines carry no box metadata either; the store's metadata is in the results' "
+             "shared tables), since the SZ3 baselines carry no box metadata either; the store's metadata is in the results' "
              "\"ratio incl. meta\" column.  Geometric mean (min-max) over 9 PSNRs spread across the overlap of the two "
              "curves; log(ratio) is interpolated linearly in PSNR between the bounds' points.  n/a: fewer than 2 points "
              "or no overlap.", ""]
@@ -502,7 +508,7 @@ def acceptance(runs: list[Run], rd: dict | None) -> tuple[str, dict]:
         for f in fields:
             for m, target in TARGETS.items():
                 q = cases.get((d, f), {}).get(m)
-                skip = NOT_TARGETED.get((d, f))
+                skip = NOT_TARGETED.get((d, f, m)) or NOT_TARGETED.get((d, f))
                 ok = None if q is None or skip else q["geomean"] >= target
                 detail = ("no equal-PSNR comparison (ours or the baseline missing, or < 2 bounds, or no overlap)"
                           if q is None else f"{q['geomean']:.2f}x (min-max {q['min']:.2f}-{q['max']:.2f}x over "
@@ -612,7 +618,7 @@ def main(argv=None) -> int:
     print("## Datasets\n")
     print(datasets_table(infos))
     print("\nratio = bytes of all cells of all levels (covered cells included, as stored by the source) / compressed "
-          "payload bytes (SZ3 streams; for the store its chunk files + codebooks, with its metadata in \"meta bytes\" "
+          "payload bytes (SZ3 streams; for the store its chunk files + shared tables, with its metadata in \"meta bytes\" "
           "and \"ratio incl. meta\" = source bytes / every byte on disk); PSNR, maxerr/eb and the mean over leaf cells only; bound eb = rel x value range of the leaf cells; "
           "mean = volume-weighted over leaf cells, its change relative to |mean| (or to the range where the mean is ~0)."
           "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -496,3 +497,27 @@ def test_mean_keeping_goes_straight_to_half_for_a_large_lean():
     compress, calls = _leaning(lambda eb: 0.6)
     _, eb, offset = conserve(compress, [], 1.0, "float64")
     assert calls == [1.0, 0.5] and offset == pytest.approx(-0.3)
+
+
+# A store written before block sets were range-coded: Huffman-coded sets (version 1), fitted
+# blocks of unit 16 over boxes of 8 that chose their stencils by position (predictor 4), every
+# fitted weight stored ('W'). Made with nyx_like(n=16, levels=2, max_grid_size=8,
+# blocking_factor=8), density only, rel=1e-5, unit=16; the digest is of what that version
+# decoded (every box of every level, float64, in order).
+LEGACY_STORE = Path(__file__).parent / "fixtures" / "store_before_range_coding"
+LEGACY_DIGEST = "c5f4f3ccbcc8ec69bfc984e858f759af4223f71caae6a9adc31bdd93e0a4a8df"
+
+
+def test_stores_written_before_range_coding_read_as_they_did():
+    import base64
+    import hashlib
+
+    fitted = json.loads((LEGACY_STORE / "step_000000" / "level_1" / "density" / "zarr.json").read_text())["codecs"][0]["configuration"]
+    assert fitted["predictor"] == "fitted" and b"W" in base64.b64decode(fitted["codebooks"][0])
+    assert all(p.read_bytes()[2] == 1 for p in LEGACY_STORE.glob("step_000000/level_*/density/c/*/*/*"))
+    h = amrzip.open(LEGACY_STORE).to_hierarchy()
+    digest = hashlib.sha256()
+    for L in range(h.num_levels):
+        for i in range(h.level(L).num_boxes):
+            digest.update(np.ascontiguousarray(h.level(L).box_data("density", i), dtype=np.float64).tobytes())
+    assert digest.hexdigest() == LEGACY_DIGEST

@@ -91,16 +91,8 @@ fn encode_sets<T: Element>(
     encoder: &BlockSetEncoder,
     shared: bool,
 ) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
-    let weights = encoder.weights();
-    let codebooks: Vec<SharedCodebook> = if shared {
-        let mut total = vec![0u64; encoder.alphabet()];
-        for s in sets {
-            s.add_counts_to(&mut total);
-        }
-        vec![SharedCodebook::from_histogram(&total, weights)]
-    } else {
-        sets.iter().map(|s| SharedCodebook::from_histogram(&s.histogram(), weights)).collect()
-    };
+    let codebooks: Vec<SharedCodebook> =
+        if shared { vec![encoder.shared_tables(sets)] } else { sets.chunks(1).map(|set| encoder.shared_tables(set)).collect() };
     let bytes = sets
         .par_iter()
         .enumerate()

@@ -17,6 +17,7 @@ use crate::compressor::{read_parts, read_segments, write_parts, write_segments};
 use crate::element::{DType, Element};
 use crate::entropy::frames;
 use crate::entropy::huffman::{self, Codebook};
+use crate::entropy::residuals::{self, Near, Start, NEIGHBOURS, NONE};
 use crate::error::{corrupt, CodecError, Result};
 use crate::nonfinite;
 use crate::predictor::fitted::{self, Weights};
@@ -28,7 +29,12 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 
 const MAGIC: &[u8; 2] = b"AB";
-const VERSION: u8 = 1;
+/// The version byte says how the symbols are coded: Huffman segments (speed mode, and every
+/// set written before range coding) or range-coded (ratio mode).
+const HUFFMAN: u8 = 1;
+const RANGE_CODED: u8 = 2;
+/// The zero-residual symbol of the quantization radius every block set uses.
+const ZERO: u16 = DEFAULT_RADIUS as u16;
 /// Blocks sampled to choose the predictor: enough to see the field's character, few enough
 /// that choosing costs a small share of compressing. Every candidate walks every cell of a
 /// sampled block, absent ones included, so the sample is also capped in cells: 256 partly
@@ -47,26 +53,29 @@ pub struct Block<T> {
     pub mask: Option<Vec<bool>>,
 }
 
-/// What the block sets of an array share: the Huffman codebook and, when its blocks use fitted
-/// prediction, the weights.
+/// What the block sets of an array share: how their symbols are coded (a Huffman codebook,
+/// or the range coder's learnt start) and, when its blocks use fitted prediction, the weights.
 pub struct SharedCodebook {
+    /// Empty when the sets are range-coded.
     codebook: Codebook,
+    start: Option<Start>,
     weights: Option<Weights>,
 }
 
-/// Marks the fitted prediction weights after the codebook.
-const WEIGHTS_TAG: u8 = b'W';
+/// Mark the range coder's start and the fitted prediction weights after the codebook (`'W'`:
+/// every weight, as written before `'F'`, whose first weights are implied).
+const START_TAG: u8 = b'R';
+const WEIGHTS_TAG: u8 = b'F';
+const ALL_WEIGHTS_TAG: u8 = b'W';
 
 impl SharedCodebook {
-    /// A codebook for the summed histograms of the sets it will code, with the encoder's
-    /// fitted prediction weights (if it has them).
-    pub fn from_histogram(histogram: &[u64], weights: Option<&Weights>) -> SharedCodebook {
-        SharedCodebook { codebook: Codebook::from_histogram(histogram), weights: weights.cloned() }
-    }
-
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.codebook.write(&mut out);
+        if let Some(start) = &self.start {
+            out.push(START_TAG);
+            start.write(&mut out);
+        }
         if let Some(w) = &self.weights {
             out.push(WEIGHTS_TAG);
             w.write(&mut out);
@@ -78,41 +87,54 @@ impl SharedCodebook {
     pub fn from_bytes(bytes: &[u8]) -> Result<SharedCodebook> {
         let (codebook, used) = Codebook::read(bytes, 2 * DEFAULT_RADIUS as usize)?;
         let mut r = ByteReader::new(&bytes[used..]);
-        let weights = if r.remaining() == 0 {
-            None
-        } else if r.u8("shared table tag")? == WEIGHTS_TAG {
-            Some(Weights::read(&mut r)?)
-        } else {
-            return Err(corrupt!("unknown table after the shared codebook"));
-        };
+        let (mut start, mut weights) = (None, None);
+        // Each table at most once, in this order.
+        let mut tag = r.remaining().checked_sub(1).map(|_| r.u8("shared table tag")).transpose()?;
+        if tag == Some(START_TAG) {
+            if codebook.symbol_limit() != 0 {
+                return Err(corrupt!("a range coder's start beside a Huffman codebook"));
+            }
+            start = Some(Start::read(&mut r)?);
+            tag = r.remaining().checked_sub(1).map(|_| r.u8("shared table tag")).transpose()?;
+        }
+        match tag {
+            None => {}
+            Some(t @ (WEIGHTS_TAG | ALL_WEIGHTS_TAG)) => weights = Some(Weights::read(&mut r, t == ALL_WEIGHTS_TAG)?),
+            Some(t) => return Err(corrupt!("unknown table {t:#04x} after the shared codebook")),
+        }
         if r.remaining() != 0 {
             return Err(corrupt!("{} unexpected bytes after the shared tables", r.remaining()));
         }
-        Ok(SharedCodebook { codebook, weights })
+        Ok(SharedCodebook { codebook, start, weights })
     }
 }
 
-/// A block's predictor as its header byte: a predictor kind's code, or `FITTED` for fitted
-/// prediction, which exists only in block sets (its weights are the array's, not the block's).
+/// A block's predictor as its header byte: a predictor kind's code, or fitted prediction,
+/// which exists only in block sets (its weights are the array's, not the block's). Fitted
+/// blocks that are partial choose their stencils by what is stored (`by_stored`, code 5; what
+/// the writer codes) or, as written before that rule, by position (code 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BlockKind {
     Kind(PredictorKind),
-    Fitted,
+    Fitted { by_stored: bool },
 }
 
 impl BlockKind {
-    const FITTED: u8 = 4;
+    const FITTED_BY_POSITION: u8 = 4;
+    const FITTED: u8 = 5;
 
     fn code(self) -> u8 {
         match self {
             BlockKind::Kind(k) => k as u8,
-            BlockKind::Fitted => BlockKind::FITTED,
+            BlockKind::Fitted { by_stored: false } => BlockKind::FITTED_BY_POSITION,
+            BlockKind::Fitted { by_stored: true } => BlockKind::FITTED,
         }
     }
 
     fn from_code(c: u8) -> Result<BlockKind> {
         match c {
-            BlockKind::FITTED => Ok(BlockKind::Fitted),
+            BlockKind::FITTED_BY_POSITION => Ok(BlockKind::Fitted { by_stored: false }),
+            BlockKind::FITTED => Ok(BlockKind::Fitted { by_stored: true }),
             c => PredictorKind::from_code(c).map(BlockKind::Kind).ok_or_else(|| corrupt!("unknown predictor code {c}")),
         }
     }
@@ -176,7 +198,8 @@ impl BlockSetEncoder {
         let (predictor, fitted) = if samples.is_empty() {
             (Predictor::Lorenzo, None)
         } else {
-            selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block))
+            let cells = sample.iter().map(|b| b.mask.as_ref().map_or(n, |m| m.iter().filter(|&&v| v).count())).sum();
+            selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block), cells)
         };
         let fitted = fitted.and_then(|w| fitted::Walker::new(unit, &w).map(|walker| (w, walker)));
         Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, fitted, preset: config.preset })
@@ -196,9 +219,26 @@ impl BlockSetEncoder {
         self.fitted.as_ref().map(|(w, _)| w)
     }
 
-    /// Size of the symbol alphabet, which histograms for `PredictedSet::add_counts_to` span.
-    pub fn alphabet(&self) -> usize {
-        self.q.alphabet()
+    /// What `sets` share, to be stored once beside them: in ratio mode the range coder's start,
+    /// learnt from all their symbols; in speed mode one Huffman codebook for them all.
+    pub fn shared_tables<T: Element>(&self, sets: &[PredictedSet<T>]) -> SharedCodebook {
+        let weights = self.weights().cloned();
+        match self.preset {
+            Preset::Ratio => {
+                let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
+                let start = Start::learn(streams.iter().map(|(s, n)| (s.as_slice(), n.as_slice())), ZERO, neighbour_count(self.unit.len()));
+                SharedCodebook { codebook: Codebook::from_histogram(&[]), start: Some(start), weights }
+            }
+            Preset::Speed => {
+                let mut h = vec![0u64; self.q.alphabet()];
+                for s in sets {
+                    for b in &s.blocks {
+                        huffman::add_counts(&mut h, &b.coded.symbols);
+                    }
+                }
+                SharedCodebook { codebook: Codebook::from_histogram(&h), start: None, weights }
+            }
+        }
     }
 
     /// Predicts and quantizes one set's blocks (positions strictly increasing).
@@ -212,7 +252,7 @@ impl BlockSetEncoder {
         if blocks.windows(2).any(|w| w[1].position <= w[0].position) {
             return Err(CodecError::InvalidInput("block positions must be strictly increasing".into()));
         }
-        Ok(PredictedSet { preset: self.preset, blocks, alphabet: self.q.alphabet() })
+        Ok(PredictedSet { preset: self.preset, unit: self.unit.clone(), blocks })
     }
 
     /// Predicts and quantizes one block. A block's coding does not depend on its set, so one
@@ -224,7 +264,7 @@ impl BlockSetEncoder {
         }
         let (values, patches) = marked(b);
         let (kind, mut coded) = match (&self.fitted, b.mask.is_some(), self.predictor) {
-            (Some((_, walker)), _, _) => (BlockKind::Fitted, fitted::encode(&values, &self.q, walker)),
+            (Some((_, walker)), _, _) => (BlockKind::Fitted { by_stored: true }, fitted::encode(&values, &self.q, walker)),
             // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
             (None, true, Predictor::DualQuant) => {
                 (BlockKind::Kind(PredictorKind::Lorenzo), predictor::encode(&Predictor::Lorenzo, values, &self.unit, &self.q))
@@ -285,28 +325,23 @@ impl<T> PredictedBlock<T> {
 /// A block set predicted and quantized, waiting for the array's shared codebook.
 pub struct PredictedSet<T> {
     preset: Preset,
+    unit: Vec<usize>,
     blocks: Vec<PredictedBlock<T>>,
-    alphabet: usize,
 }
 
 impl<T: Element> PredictedSet<T> {
-    /// Adds the set's symbol counts to `h` (sized like `histogram`'s): summed over all sets of
-    /// an array, they build its shared codebook.
-    pub fn add_counts_to(&self, h: &mut [u64]) {
-        for b in &self.blocks {
-            huffman::add_counts(h, &b.coded.symbols);
-        }
+    /// The symbols of its blocks, in block order.
+    fn symbols(&self) -> Vec<u16> {
+        self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect()
     }
 
-    /// The set's own symbol counts, over the whole alphabet.
-    pub fn histogram(&self) -> Vec<u64> {
-        let mut h = vec![0u64; self.alphabet];
-        self.add_counts_to(&mut h);
-        h
+    /// Where each of `symbols()` has its neighbours in space (see `near_table`).
+    fn near(&self) -> Vec<Near> {
+        near_table(self.blocks.iter().map(|b| (b.kind, b.mask.as_deref())), &self.unit)
     }
 
-    /// The set's bytes, coded with `codebook` (built from histograms including this set's),
-    /// recorded as codebook `codebook_index` of the array.
+    /// The set's bytes, coded with `codebook` (the shared tables of sets including this one,
+    /// see `BlockSetEncoder::shared_tables`), recorded as codebook `codebook_index` of the array.
     pub fn finish(&self, codebook: &SharedCodebook, codebook_index: u32) -> Result<Vec<u8>> {
         // The predictor settings most blocks share are written once; a block whose side
         // information is empty uses them.
@@ -332,22 +367,98 @@ impl<T: Element> PredictedSet<T> {
             let side: &[u8] = if own { &b.coded.side } else { &[] };
             write_parts(&mut raw, &b.patches, side, &b.coded.exact);
         }
-        let symbols: Vec<u16> = self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect();
-        write_segments(&mut raw, &symbols, &codebook.codebook)?;
+        let symbols = self.symbols();
+        // Range-coded symbols follow the lossless frames: zstd finds nothing in them.
+        let (version, ranged) = match &codebook.start {
+            Some(start) => (RANGE_CODED, residuals::encode(&symbols, ZERO, start, &self.near(), neighbour_count(self.unit.len()))),
+            None => {
+                write_segments(&mut raw, &symbols, &codebook.codebook)?;
+                (HUFFMAN, Vec::new())
+            }
+        };
         let packed = frames::pack(&raw, |frame| frames::level_for(self.preset, frame));
-        let mut out = Vec::with_capacity(packed.len() + 32);
+        let mut out = Vec::with_capacity(packed.len() + ranged.len() + 32);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&[VERSION, T::DTYPE as u8, self.preset as u8, common_kind.code()]);
+        out.extend_from_slice(&[version, T::DTYPE as u8, self.preset as u8, common_kind.code()]);
         put_varint(&mut out, codebook_index as u64);
         put_varint(&mut out, self.blocks.len() as u64);
         put_varint(&mut out, raw.len() as u64);
+        if version == RANGE_CODED {
+            put_varint(&mut out, ranged.len() as u64);
+        }
         put_varint(&mut out, common_side.len() as u64);
         out.extend_from_slice(common_side);
         out.extend_from_slice(&packed);
+        out.extend_from_slice(&ranged);
         let crc = crc32(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
+}
+
+/// The offsets to a cell's neighbours in space that a C-order walk has coded before it: one
+/// or two steps of -1 (faces and edges), in C order; none beyond 3 dimensions.
+fn neighbour_offsets(ndim: usize) -> Vec<Vec<isize>> {
+    if ndim > 3 {
+        return Vec::new();
+    }
+    let mut out: Vec<Vec<isize>> = vec![Vec::new()];
+    for _ in 0..ndim {
+        out = out.into_iter().flat_map(|o| [-1isize, 0].map(|v| [o.clone(), vec![v]].concat())).collect();
+    }
+    out.retain(|o| (1..=2).contains(&o.iter().filter(|&&v| v != 0).count()));
+    out
+}
+
+/// How many neighbours in space a symbol can have in blocks of `ndim` dimensions.
+fn neighbour_count(ndim: usize) -> u32 {
+    neighbour_offsets(ndim).len() as u32
+}
+
+/// For every symbol of the blocks `(kind, mask)` (in set order, each coding its stored cells),
+/// the indices of the earlier symbols of its neighbours in space (format.md 14.3): for blocks
+/// walked in C order (Lorenzo, dual quantization, fitted), the stored cells of the block at
+/// `neighbour_offsets`; for the others, `None`.
+fn near_table<'a>(blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>, unit: &[usize]) -> Vec<Near> {
+    let offsets = neighbour_offsets(unit.len());
+    let strides = crate::grid::strides(unit);
+    let n: usize = unit.iter().product();
+    let mut out: Vec<Near> = Vec::new();
+    let mut index = vec![NONE; n];
+    for (kind, mask) in blocks {
+        let stored = |k: usize| mask.is_none_or(|m| m[k]);
+        let c_order = matches!(kind, BlockKind::Fitted { .. } | BlockKind::Kind(PredictorKind::Lorenzo | PredictorKind::DualQuant));
+        if !c_order || offsets.is_empty() {
+            out.extend((0..n).filter(|&k| stored(k)).map(|_| None));
+            continue;
+        }
+        let first = out.len() as u32;
+        let mut next = first;
+        for (k, slot) in index.iter_mut().enumerate() {
+            *slot = if stored(k) {
+                next += 1;
+                next - 1
+            } else {
+                NONE
+            };
+        }
+        for k in (0..n).filter(|&k| stored(k)) {
+            let mut near = [NONE; NEIGHBOURS];
+            for (slot, off) in near.iter_mut().zip(&offsets) {
+                let mut j = k as isize;
+                let inside = off.iter().zip(unit.iter().zip(&strides)).all(|(&o, (&len, &st))| {
+                    let p = (k / st % len) as isize + o;
+                    j += o * st as isize;
+                    p >= 0
+                });
+                if inside {
+                    *slot = index[j as usize];
+                }
+            }
+            out.push(Some(near));
+        }
+    }
+    out
 }
 
 fn check_unit(unit: &[usize]) -> Result<()> {
@@ -372,12 +483,15 @@ pub struct BlockSetInfo {
 }
 
 struct Header<'a> {
+    version: u8,
     info: BlockSetInfo,
     common_kind: BlockKind,
     common_side: &'a [u8],
     raw_len: u64,
     /// The lossless frames.
     packed: &'a [u8],
+    /// The range-coded symbols (empty in a Huffman-coded set).
+    ranged: &'a [u8],
 }
 
 fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
@@ -390,8 +504,8 @@ fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
     }
     let mut r = ByteReader::new(&body[2..]);
     let version = r.u8("version")?;
-    if version != VERSION {
-        return Err(corrupt!("unsupported block set version {version} (this build reads version {VERSION})"));
+    if version != HUFFMAN && version != RANGE_CODED {
+        return Err(corrupt!("unsupported block set version {version} (this build reads versions {HUFFMAN} and {RANGE_CODED})"));
     }
     let dtype = DType::from_code(r.u8("dtype")?).ok_or_else(|| corrupt!("unknown dtype code"))?;
     if r.u8("preset")? > 1 {
@@ -401,10 +515,13 @@ fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
     let codebook_index = u32::try_from(r.varint("codebook index")?).map_err(|_| corrupt!("codebook index out of range"))?;
     let blocks = r.bounded_varint(u32::MAX as u64, "block count")? as usize;
     let raw_len = r.varint("raw length")?;
+    let ranged_len = if version == RANGE_CODED { r.bounded_varint(r.remaining() as u64, "range-coded length")? as usize } else { 0 };
     let side_len = r.bounded_varint(r.remaining() as u64, "side length")? as usize;
     let common_side = r.take(side_len, "common side information")?;
-    let packed = &body[2 + r.position()..];
-    Ok(Header { info: BlockSetInfo { dtype, codebook_index, blocks }, common_kind, common_side, raw_len, packed })
+    let rest = &body[2 + r.position()..];
+    let cut = rest.len().checked_sub(ranged_len).ok_or_else(|| corrupt!("range-coded symbols longer than the block set"))?;
+    let (packed, ranged) = rest.split_at(cut);
+    Ok(Header { version, info: BlockSetInfo { dtype, codebook_index, blocks }, common_kind, common_side, raw_len, packed, ranged })
 }
 
 /// Reads and validates a block set's header (and its checksum).
@@ -470,10 +587,22 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     if codebook.codebook.symbol_limit() > q.alphabet() {
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
-    let (symbols, _) = read_segments(&mut r, total, &codebook.codebook)?;
+    let symbols = match (h.version, &codebook.start) {
+        (RANGE_CODED, Some(start)) => {
+            if r.remaining() != 0 {
+                return Err(corrupt!("{} unexpected bytes after the block records", r.remaining()));
+            }
+            let mut symbols = vec![0u16; total];
+            let near = near_table(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), unit);
+            residuals::decode(h.ranged, ZERO, q.alphabet(), start, &near, neighbour_count(unit.len()), &mut symbols)?;
+            symbols
+        }
+        (RANGE_CODED, None) => return Err(corrupt!("a range-coded block set, but the array's tables have no range coder start")),
+        _ => read_segments(&mut r, total, &codebook.codebook)?.0,
+    };
     // Stencils only for a set that has fitted blocks.
     let walker = match &codebook.weights {
-        Some(w) if heads.iter().any(|(_, kind, _, _)| *kind == BlockKind::Fitted) => fitted::Walker::new(unit, w),
+        Some(w) if heads.iter().any(|(_, kind, _, _)| matches!(kind, BlockKind::Fitted { .. })) => fitted::Walker::new(unit, w),
         _ => None,
     };
     let mut starts = Vec::with_capacity(counts.len());
@@ -492,14 +621,14 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
             };
             let mut values = match kind {
                 BlockKind::Kind(kind) => predictor::decode(kind, unit, &q, &syms, None, &parts.exact, parts.side)?,
-                BlockKind::Fitted => {
+                BlockKind::Fitted { by_stored } => {
                     if !parts.side.is_empty() {
                         return Err(corrupt!("a fitted block carries {} bytes of side information", parts.side.len()));
                     }
                     let walker = walker
                         .as_ref()
                         .ok_or_else(|| corrupt!("a block uses fitted prediction but the array has no weights for its blocks"))?;
-                    fitted::decode(&q, &syms, &parts.exact, walker, mask.as_deref())?
+                    fitted::decode(&q, &syms, &parts.exact, walker, mask.as_deref(), by_stored)?
                 }
             };
             for (i, x) in parts.patches {
@@ -517,7 +646,7 @@ fn with_absent(kind: BlockKind, side: &[u8], mask: &[bool], unit: &[usize], q: &
     let absent: Vec<usize> = match kind {
         BlockKind::Kind(PredictorKind::DualQuant) => return Err(corrupt!("a partial block cannot use dual quantization")),
         // Fitted prediction walks in C order, as the mask lists the cells.
-        BlockKind::Fitted => mask.iter().enumerate().filter(|(_, &m)| !m).map(|(k, _)| k).collect(),
+        BlockKind::Fitted { .. } => mask.iter().enumerate().filter(|(_, &m)| !m).map(|(k, _)| k).collect(),
         BlockKind::Kind(kind) => {
             let p = predictor::from_side(kind, side)?;
             let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
@@ -555,12 +684,13 @@ mod tests {
         blocks[4].mask = Some(mask.clone());
         blocks[4].values[0] = 1e300; // a don't-care cell with a wild value
         blocks[5].values[7] = f64::NAN;
-        let config = Config::new(ErrorBound::Absolute(1e-3));
-        for adaptive in [false, true] {
+        for (adaptive, preset) in [(false, Preset::Ratio), (true, Preset::Ratio), (true, Preset::Speed)] {
+            let config = Config { preset, ..Config::new(ErrorBound::Absolute(1e-3)) };
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-3, adaptive).unwrap();
             let set = enc.predict(&blocks).unwrap();
-            let codebook = SharedCodebook::from_histogram(&set.histogram(), enc.weights());
+            let codebook = enc.shared_tables(std::slice::from_ref(&set));
             let bytes = set.finish(&codebook, 0).unwrap();
+            assert_eq!(bytes[2], if preset == Preset::Ratio { RANGE_CODED } else { HUFFMAN });
             let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
             let back = decode::<f64>(&bytes, &codebook, &unit, 1e-3, 60).unwrap();
             assert_eq!(back.len(), blocks.len());
@@ -578,22 +708,49 @@ mod tests {
     }
 
     #[test]
+    fn neighbours_in_space_are_earlier_stored_cells_of_c_order_blocks() {
+        assert_eq!(neighbour_offsets(2), vec![vec![-1, -1], vec![-1, 0], vec![0, -1]]);
+        assert_eq!(neighbour_count(3), 6);
+        assert_eq!(neighbour_count(4), 0);
+        // A 3x3 block missing its centre, then a full one, then one walked otherwise.
+        let mask: Vec<bool> = (0..9).map(|k| k != 4).collect();
+        let fitted = BlockKind::Fitted { by_stored: true };
+        let blocks = [
+            (fitted, Some(&mask[..])),
+            (BlockKind::Kind(PredictorKind::Lorenzo), None),
+            (BlockKind::Kind(PredictorKind::Interpolation), None),
+        ];
+        let near = near_table(blocks.into_iter(), &[3, 3]);
+        assert_eq!(near.len(), 8 + 9 + 9);
+        let n = |i: usize| near[i].unwrap()[..3].to_vec();
+        // Block 0: cell 5 (row 1, column 2) is symbol 4; above-left is cell 1 (symbol 1), above
+        // cell 2 (symbol 2), left the absent centre.
+        assert_eq!(n(4), vec![1, 2, NONE]);
+        assert_eq!(n(0), vec![NONE; 3]);
+        // Block 1 starts at symbol 8: its cell 4 sees cells 0, 1 and 3.
+        assert_eq!(n(8 + 4), vec![8, 9, 11]);
+        assert!(near[17..].iter().all(Option::is_none));
+    }
+
+    #[test]
     fn damaged_sets_fail_cleanly() {
         let unit = [4, 4];
         let blocks: Vec<Block<f32>> =
             (0..5).map(|p| Block { position: p, values: (0..16).map(|i| (i as f32 * 0.3).cos()).collect(), mask: None }).collect();
-        let enc =
-            BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(1e-2)), 1e-2, true).unwrap();
-        let set = enc.predict(&blocks).unwrap();
-        let codebook = SharedCodebook::from_histogram(&set.histogram(), enc.weights());
-        let bytes = set.finish(&codebook, 0).unwrap();
-        for cut in 0..bytes.len() {
-            assert!(decode::<f32>(&bytes[..cut], &codebook, &unit, 1e-2, 5).is_err());
-        }
-        for i in 0..bytes.len() {
-            let mut bad = bytes.clone();
-            bad[i] ^= 0x41;
-            assert!(decode::<f32>(&bad, &codebook, &unit, 1e-2, 5).is_err(), "flip at {i}");
+        for preset in [Preset::Ratio, Preset::Speed] {
+            let config = Config { preset, ..Config::new(ErrorBound::Absolute(1e-2)) };
+            let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-2, true).unwrap();
+            let set = enc.predict(&blocks).unwrap();
+            let codebook = enc.shared_tables(std::slice::from_ref(&set));
+            let bytes = set.finish(&codebook, 0).unwrap();
+            for cut in 0..bytes.len() {
+                assert!(decode::<f32>(&bytes[..cut], &codebook, &unit, 1e-2, 5).is_err());
+            }
+            for i in 0..bytes.len() {
+                let mut bad = bytes.clone();
+                bad[i] ^= 0x41;
+                assert!(decode::<f32>(&bad, &codebook, &unit, 1e-2, 5).is_err(), "flip at {i}");
+            }
         }
     }
 
@@ -628,7 +785,7 @@ mod tests {
             BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(eb)), eb, true).unwrap();
         assert_eq!(enc.predictor_name(), "fitted");
         let set = enc.predict(&blocks).unwrap();
-        let codebook = SharedCodebook::from_bytes(&SharedCodebook::from_histogram(&set.histogram(), enc.weights()).to_bytes()).unwrap();
+        let codebook = SharedCodebook::from_bytes(&enc.shared_tables(std::slice::from_ref(&set)).to_bytes()).unwrap();
         let bytes = set.finish(&codebook, 0).unwrap();
         let back = decode::<f64>(&bytes, &codebook, &unit, eb, 10).unwrap();
         for (a, b) in blocks.iter().zip(&back) {
@@ -637,9 +794,11 @@ mod tests {
                 assert!(a.mask.as_ref().is_some_and(|m| !m[i]) || (x - y).abs() <= eb, "block {} cell {i}: {x} {y}", a.position);
             }
         }
-        // The same codebook without the weights cannot decode the set.
-        let bare = SharedCodebook::from_histogram(&set.histogram(), None);
+        // The same tables without the weights cannot decode the set, nor without the start.
+        let bare = SharedCodebook { weights: None, ..codebook };
         assert!(decode::<f64>(&bytes, &bare, &unit, eb, 10).is_err());
+        let huffman = SharedCodebook { start: None, weights: enc.weights().cloned(), ..bare };
+        assert!(decode::<f64>(&bytes, &huffman, &unit, eb, 10).is_err());
     }
 
     #[test]
@@ -648,17 +807,21 @@ mod tests {
         let enc =
             BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &[16, 16, 16], &Config::new(ErrorBound::Absolute(1e-5)), 1e-5, true)
                 .unwrap();
-        let histogram = enc.predict(&blocks).unwrap().histogram();
-        let tables = SharedCodebook::from_histogram(&histogram, enc.weights()).to_bytes();
-        let book_len = SharedCodebook::from_histogram(&histogram, None).to_bytes().len();
-        assert_eq!(tables[book_len], WEIGHTS_TAG);
-        for cut in book_len + 1..tables.len() {
+        let shared = enc.shared_tables(&[enc.predict(&blocks).unwrap()]);
+        let tables = shared.to_bytes();
+        // An empty codebook, the range coder's start, the weights.
+        assert_eq!(tables[..2], [0, START_TAG]);
+        let weights_at = SharedCodebook { weights: None, ..shared }.to_bytes().len();
+        assert_eq!(tables[weights_at], WEIGHTS_TAG);
+        for cut in (2..tables.len()).filter(|&c| c != weights_at) {
             assert!(SharedCodebook::from_bytes(&tables[..cut]).is_err(), "cut at {cut}");
         }
+        for (at, byte) in [(1, b'X'), (weights_at, b'X'), (weights_at, START_TAG), (0, 1)] {
+            let mut bad = tables.clone();
+            bad[at] = byte;
+            assert!(SharedCodebook::from_bytes(&bad).is_err(), "{byte} at {at}");
+        }
         let mut bad = tables.clone();
-        bad[book_len] = b'X';
-        assert!(SharedCodebook::from_bytes(&bad).is_err());
-        bad = tables.clone();
         bad.push(0);
         assert!(SharedCodebook::from_bytes(&bad).is_err());
     }

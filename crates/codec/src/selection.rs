@@ -200,6 +200,7 @@ pub fn choose_for_blocks<T: Element>(
     q: &Quantizer,
     config: &Config,
     regression_block: usize,
+    array_cells: usize,
 ) -> (Predictor, Option<Weights>) {
     let standard = choose_standard_for_blocks(samples, q, config, regression_block);
     let ndim = samples.first().map_or(1, |(_, shape)| shape.len());
@@ -222,7 +223,10 @@ pub fn choose_for_blocks<T: Element>(
         return (standard, None);
     }
     let coded: Vec<Coded<T>> = judge.par_iter().map(|(data, _)| fitted::encode(data, q, &walker)).collect();
-    let fitted = coded_size(&coded, q, config.preset, true);
+    // The weights are stored too (and read with every region): their share of the judged cells.
+    let mut table = Vec::new();
+    weights.write(&mut table);
+    let fitted = coded_size(&coded, q, config.preset, true) + table.len() * cells / array_cells.max(cells);
     (standard, (fitted < best).then_some(weights))
 }
 

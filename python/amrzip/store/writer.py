@@ -1,6 +1,6 @@
 """Writes a hierarchy as a snapshot of the store, AMRIC-style: covered coarse cells are left
-out, each (level, field) is cut into unit blocks that are predicted one by one and coded with
-one shared codebook, fields are compressed on their own with their own bound.
+out, each (level, field) is cut into unit blocks that are predicted one by one and entropy-coded
+with statistics shared by all of them, fields are compressed on their own with their own bound.
 
 A snapshot is written into a hidden folder beside the others, renamed into place when complete,
 and only then listed in the store's root metadata: an interrupted write leaves a store whose
@@ -147,10 +147,21 @@ def _choose(trials: dict, local_edge: int) -> tuple[int, int]:
 TRIAL_CELLS = 1 << 18
 
 
+# Sample sizes of two units this close (relative) are measured again on all the boxes.
+CLOSE_CALL = 0.03
+# The sample is this many runs of consecutive boxes: neighbours stay together, as unit blocks
+# larger than the boxes gain where boxes meet (a sample of scattered boxes would hide that).
+TRIAL_RUNS = 8
+
+
 def _trial_sample(boxes: list) -> list:
     cells = [a.size for _, _, a, _ in boxes]
     step = max(1, -(-sum(cells) // TRIAL_CELLS))
-    return boxes[::step]
+    if step == 1:
+        return boxes
+    run = max(1, -(-len(boxes) // (step * TRIAL_RUNS)))
+    starts = np.linspace(0, len(boxes) - run, TRIAL_RUNS).astype(int)
+    return [boxes[i] for i in sorted({i for s in starts for i in range(s, s + run)})]
 
 
 def _trials(layouts: list[tuple[int, int]], sizes: Callable[[int, list[int]], list[int]]) -> dict:
@@ -221,10 +232,16 @@ def _write_array(
     if len(layouts) > 1 and boxes:
         sample = _trial_sample(boxes)
 
-        def sizes(u, edges):
-            return _core.trial_sizes(sample, list(lev.domain[0]), [u] * dim, [[c] * dim for c in edges], bound, mode, **options)
+        def sizes(u, edges, among=sample):
+            return _core.trial_sizes(among, list(lev.domain[0]), [u] * dim, [[c] * dim for c in edges], bound, mode, **options)
 
-        unit, edge = _choose(_trials(layouts, sizes), layouts[0][1])
+        trials = _trials(layouts, sizes)
+        unit, edge = _choose(trials, layouts[0][1])
+        # A sample tells layouts apart only to a few percent: a close call between units of the
+        # chosen chunk edge is settled on all the boxes.
+        rival = min((p for p in trials if p[1] == edge and p != (unit, edge)), key=trials.get, default=None)
+        if rival is not None and sample is not boxes and trials[rival] < (1 + CLOSE_CALL) * trials[(unit, edge)]:
+            unit = min((unit, rival[0]), key=lambda u: sizes(u, [edge], boxes)[0])
     if conserve_mean:
         result, eb, offset = conserve(lambda eb, measure: compress(boxes, unit, edge, eb, measure), boxes, bound, dt.name)
     else:
@@ -303,7 +320,7 @@ def write(
     is the unit block edge (default: per level and field, the best of the blocking factor the
     boxes honour and larger edges, measured on a sample), ``chunk`` the chunk edge in cells
     (default: like the level's boxes, or 32 in 3-D where that codes more than 25% smaller).
-    ``sle``/``adaptive_block`` switch off shared lossless encoding (one codebook per chunk) and
+    ``sle``/``adaptive_block`` switch off shared lossless encoding (coder statistics per chunk) and
     AMRIC's regression block rule, for comparison. With ``conserve_mean`` (default) a
     (level, field) whose errors lean one way is coded so that its mean is kept (see
     :mod:`amrzip.store.conservation`).

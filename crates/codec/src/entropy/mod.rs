@@ -7,3 +7,5 @@ pub mod adaptive;
 pub mod frames;
 pub mod huffman;
 pub mod offline;
+pub mod rangecoder;
+pub mod residuals;

@@ -5,15 +5,16 @@
 //! Lorenzo's stencil is exact for fields linear in each coordinate; the fitted one learns how
 //! the field's own spectrum correlates a point with its neighbours, which on smooth data cuts
 //! the residuals of Lorenzo by half and more. The weights come from a sample of the array's
-//! blocks and are shared by all of them (stored once per array, beside its codebook).
+//! blocks and are shared by all of them (stored once per array, beside its coder's statistics).
 //!
 //! Points nearer than two cells to a block's lower faces lack part of that cube: each uses the
 //! part it has (the cube reaching `min(p_k, 2)` cells back along dimension `k`), with weights
 //! fitted for that part. There are `3^d` such classes; a face point thus gets a fitted stencil
-//! in the face instead of Lorenzo's.
+//! in the face instead of Lorenzo's. In a partly stored block, a point takes the largest class
+//! whose cells are all stored.
 //!
 //! Weights are fitted under the constraint that they sum to one (a constant field is predicted
-//! exactly but for the rounding of the weights to binary32, whatever its level, and the fit is
+//! exactly but for float64 rounding, whatever its level, and the fit is
 //! conditioned on differences, not magnitudes), with
 //! a ridge term for the reconstruction noise: neighbours are known only to within the bound, and
 //! large alternating weights would amplify that noise.
@@ -101,23 +102,31 @@ impl Weights {
         Some(Weights { ndim, classes })
     }
 
+    /// Writes every class's weights but the first, which is one minus the others, each in three
+    /// bytes (format.md 14.1): they are read with every region of a small array, so each byte
+    /// counts.
     pub fn write(&self, out: &mut Vec<u8>) {
         out.push(self.ndim as u8);
-        for w in self.classes.iter().flatten() {
-            out.extend_from_slice(&(*w as f32).to_le_bytes());
+        for w in self.classes.iter().filter(|c| !c.is_empty()).flat_map(|c| &c[1..]) {
+            out.extend_from_slice(&(*w as f32).to_bits().to_le_bytes()[1..]);
         }
     }
 
-    /// Reads weights written by `write`; every weight must be finite.
-    pub fn read(r: &mut ByteReader) -> Result<Weights> {
+    /// Reads weights written by `write`, or with `all` every class's weights (as arrays written
+    /// before the first was implied); every weight must be finite.
+    pub fn read(r: &mut ByteReader, all: bool) -> Result<Weights> {
         let ndim = r.u8("fitted prediction dimensions")? as usize;
         if !Weights::supports(ndim) {
             return Err(corrupt!("fitted prediction for {ndim} dimensions (1 to {MAX_DIMS} are defined)"));
         }
+        // Four bytes per weight in the tables of earlier arrays, else the top three.
+        let width = if all { 4 } else { 3 };
         let mut take = |n: usize| -> Result<Vec<f64>> {
             (0..n)
                 .map(|_| {
-                    let w = f32::from_le_bytes(r.take(4, "fitted prediction weight")?.try_into().expect("4 bytes")) as f64;
+                    let mut bytes = [0u8; 4];
+                    bytes[4 - width..].copy_from_slice(r.take(width, "fitted prediction weight")?);
+                    let w = f32::from_le_bytes(bytes) as f64;
                     if w.is_finite() {
                         Ok(w)
                     } else {
@@ -126,7 +135,14 @@ impl Weights {
                 })
                 .collect()
         };
-        let classes = classes(ndim).iter().map(|c| take(offsets(c).len())).collect::<Result<_>>()?;
+        let classes = classes(ndim)
+            .iter()
+            .map(|c| match offsets(c).len() {
+                0 => Ok(Vec::new()),
+                k if all => take(k),
+                k => take(k - 1).map(|rest| with_first(&rest)),
+            })
+            .collect::<Result<_>>()?;
         Ok(Weights { ndim, classes })
     }
 }
@@ -201,14 +217,32 @@ fn fit_stencil<T: Element>(samples: &[(Vec<T>, Vec<usize>)], rows: &[(usize, usi
     for a in 0..free {
         g[a * free + a] += ridge;
     }
-    let rest = cholesky_solve(&mut g, &mut b, free)?;
-    let mut w = Vec::with_capacity(k);
+    // The coder uses the weights as stored, so encoder and decoder agree.
+    let rest: Vec<f64> = cholesky_solve(&mut g, &mut b, free)?.iter().map(|&v| stored_weight(v)).collect();
+    rest.iter().all(|v| v.is_finite()).then(|| with_first(&rest))
+}
+
+/// `w` as the tables store it: a binary32 whose low 8 bits are zero (16 significant bits),
+/// rounded to nearest. The weights apply to differences between neighbours
+/// (they sum to one), so 2^-17 of a weight is far below what the fit itself can tell.
+fn stored_weight(w: f64) -> f64 {
+    let bits = (w as f32).to_bits();
+    // Rounding may carry into the exponent, which is rounding up to the next power of two.
+    let rounded = f32::from_bits(bits.wrapping_add(0x80) & !0xFF);
+    if rounded.is_finite() {
+        rounded as f64
+    } else {
+        f32::from_bits(bits & !0xFF) as f64
+    }
+}
+
+/// A class's weights from all but its first: the first is one minus the sum of the others
+/// (summed in order, in float64), so they sum to one.
+fn with_first(rest: &[f64]) -> Vec<f64> {
+    let mut w = Vec::with_capacity(rest.len() + 1);
     w.push(1.0 - rest.iter().sum::<f64>());
-    w.extend(rest);
-    // Stored as binary32 (the metadata of small arrays is read with every region): the coder
-    // uses the stored values, so encoder and decoder agree.
-    let w: Vec<f64> = w.iter().map(|&v| v as f32 as f64).collect();
-    w.iter().all(|v| v.is_finite()).then_some(w)
+    w.extend_from_slice(rest);
+    w
 }
 
 /// Solves `g x = b` for symmetric positive definite `g` (its lower triangle, row-major `n x n`).
@@ -285,6 +319,12 @@ pub struct Walker {
     classes: Vec<Stencil>,
     /// Lorenzo over the cube one cell back, for points whose class stencil reads absent cells.
     lorenzo: Stencil,
+    /// Per class, what makes its stencil wholly stored at a point: per dimension it reaches
+    /// back along, (buffer stride, class one shorter there), whose cube must be stored at the
+    /// point one step back (section 14.2).
+    reduced: Vec<Vec<(usize, usize)>>,
+    /// Class indices, larger stencils first.
+    prefer: Vec<usize>,
 }
 
 impl Walker {
@@ -302,28 +342,50 @@ impl Walker {
         let padded: Vec<usize> = shape.iter().map(|&n| n + PAD).collect();
         let ps = strides(&padded);
         let near = offsets(&vec![1; nd]);
+        let all = classes(nd);
+        let reduced = all
+            .iter()
+            .map(|c| {
+                (0..nd)
+                    .filter(|&k| c[k] > 0)
+                    .map(|k| (ps[k], class_index(c.iter().enumerate().map(|(j, &r)| if j == k { r - 1 } else { r }))))
+                    .collect()
+            })
+            .collect();
+        let volume = |c: &Vec<usize>| c.iter().map(|&r| r + 1).product::<usize>();
+        let mut prefer: Vec<usize> = (0..all.len()).collect();
+        prefer.sort_by_key(|&m| (std::cmp::Reverse(volume(&all[m])), std::cmp::Reverse(m)));
         Some(Walker {
+            reduced,
+            prefer,
             shape: shape.to_vec(),
             len: padded.iter().product(),
-            classes: classes(nd).iter().zip(&w.classes).map(|(c, cw)| Stencil::new(&offsets(c), &ps, cw.clone())).collect(),
+            classes: all.iter().zip(&w.classes).map(|(c, cw)| Stencil::new(&offsets(c), &ps, cw.clone())).collect(),
             lorenzo: Stencil::new(&near, &ps, lorenzo_signs(&near)),
             ps,
         })
     }
 }
 
-/// Visits the block in C order. A stored point is predicted from its class's stencil when every
-/// point of it is stored, else by Lorenzo. An absent point (`present` false) takes the mean of
-/// the points one step behind it along each dimension: the fitted weights extrapolate well from
-/// data but would compound their own extrapolations across an absent region, while a mean stays
-/// within what it averages.
-fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present: Option<&[bool]>, v: &mut V) -> Vec<T> {
-    let Walker { shape, ps, len, classes, lorenzo } = walker;
+/// Visits the block in C order. A stored point of a full block is predicted from its class's
+/// stencil. In a partial block, with `by_stored`, it takes the largest class whose stencil is
+/// wholly stored (where boxes meet inside a large unit block, the stencil reaches across their
+/// seam; where a box ends, it stays inside); with nothing stored behind it, Lorenzo. Without
+/// `by_stored` (blocks written before that rule), its class's stencil when that is wholly
+/// stored, else Lorenzo. An absent point (`present` false) takes the mean of the points one step
+/// behind it along each dimension: the fitted weights extrapolate well from data but would
+/// compound their own extrapolations across an absent region, while a mean stays within what it
+/// averages.
+fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present: Option<&[bool]>, by_stored: bool, v: &mut V) -> Vec<T> {
+    let Walker { shape, ps, len, classes, lorenzo, reduced, prefer } = walker;
     let far = &classes[classes.len() - 1];
     let nd = shape.len();
     let mut buf = vec![T::default(); *len];
     // Which points of the padded buffer hold stored values (the padding and absent points do not).
     let mut stored = vec![false; if present.is_some() { buf.len() } else { 0 }];
+    // With `by_stored`: per point of the buffer, bit `m` set if the cube of class `m` behind
+    // it, the point included, is wholly stored.
+    let mut full = vec![0u32; if by_stored { stored.len() } else { 0 }];
     let all_stored = |st: &Stencil, stored: &[bool], i: usize| stored.is_empty() || st.back.iter().all(|&o| stored[i - o]);
     let mut out = Vec::with_capacity(shape.iter().product());
     let n = shape[nd - 1];
@@ -366,6 +428,24 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
                 } else {
                     sum / count as f64
                 }
+            } else if !full.is_empty() {
+                // The largest class whose stencil is wholly stored: its cube less the point is
+                // the cubes one shorter, one step back along each dimension it reaches along.
+                let avail = reduced.iter().enumerate().fold(0u32, |acc, (m, steps)| {
+                    if steps.iter().all(|&(stride, sub)| full[i - stride] >> sub & 1 == 1) {
+                        acc | 1 << m
+                    } else {
+                        acc
+                    }
+                });
+                full[i] = avail;
+                let best = &classes[prefer.iter().copied().find(|&m| avail >> m & 1 == 1).unwrap_or(0)];
+                // With nothing stored behind it, a point reads the absent cells' fill.
+                if best.back.is_empty() {
+                    lorenzo.predict(&buf, i)
+                } else {
+                    best.predict(&buf, i)
+                }
             } else {
                 let class = &classes[row_class + x.min(2)];
                 if all_stored(class, &stored, i) {
@@ -385,22 +465,36 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
     out
 }
 
-/// Codes a block of the walker's shape (`data` in C order, NaN at absent cells).
+/// Codes a block of the walker's shape (`data` in C order, NaN at absent cells), partial
+/// blocks choosing classes by what is stored (`walk`).
 pub fn encode<T: Element>(data: &[T], q: &Quantizer, walker: &Walker) -> Coded<T> {
+    encode_with(data, q, walker, true)
+}
+
+/// `encode`, or with `by_stored` false as blocks of predictor code 4 were coded.
+fn encode_with<T: Element>(data: &[T], q: &Quantizer, walker: &Walker, by_stored: bool) -> Coded<T> {
     let mut symbols = vec![0u16; data.len()];
     let mut v = EncodeVisitor::new(q, &mut symbols);
     // NaN marks an absent cell (real NaNs are patched out before prediction).
     let present: Option<Vec<bool>> = data.iter().any(|x| x.to_f64().is_nan()).then(|| data.iter().map(|x| !x.to_f64().is_nan()).collect());
-    walk(walker, Some(data), present.as_deref(), &mut v);
+    walk(walker, Some(data), present.as_deref(), by_stored, &mut v);
     let (exact, absent) = (v.exact, v.absent);
     Coded { symbols, exact, side: Vec::new(), absent }
 }
 
 /// Decodes a block whose stored cells are `present` (`None`: all); `symbols` has the zero-residual
-/// code at the absent ones.
-pub fn decode<T: Element>(q: &Quantizer, symbols: &[u16], exact: &[T], walker: &Walker, present: Option<&[bool]>) -> Result<Vec<T>> {
+/// code at the absent ones. `by_stored`: partial blocks chose classes by what is stored (as
+/// `encode` codes them), else by position (format.md 14.2).
+pub fn decode<T: Element>(
+    q: &Quantizer,
+    symbols: &[u16],
+    exact: &[T],
+    walker: &Walker,
+    present: Option<&[bool]>,
+    by_stored: bool,
+) -> Result<Vec<T>> {
     let mut v = DecodeVisitor::new(q, symbols, exact)?;
-    Ok(walk(walker, None, present, &mut v))
+    Ok(walk(walker, None, present, by_stored, &mut v))
 }
 
 #[cfg(test)]
@@ -458,7 +552,7 @@ mod tests {
         let ours = encode(&data, &q, &walker);
         let theirs = super::super::lorenzo::encode(&data, &shape, &q);
         assert!(spread(&ours.symbols) * 4 < spread(&theirs.symbols) * 3, "{} vs {}", spread(&ours.symbols), spread(&theirs.symbols));
-        let back = decode(&q, &ours.symbols, &ours.exact, &walker, None).unwrap();
+        let back = decode(&q, &ours.symbols, &ours.exact, &walker, None, true).unwrap();
         assert!(back.iter().zip(&data).all(|(a, b)| (a - b).abs() <= eb));
     }
 
@@ -468,14 +562,21 @@ mod tests {
         let w = Weights::fit(&[(smooth(&shape, 1.0), shape.to_vec())], 1e-3).unwrap();
         let mut bytes = Vec::new();
         w.write(&mut bytes);
-        assert_eq!(Weights::read(&mut ByteReader::new(&bytes)).unwrap(), w);
-        assert!(Weights::read(&mut ByteReader::new(&bytes[..bytes.len() - 1])).is_err());
+        assert_eq!(Weights::read(&mut ByteReader::new(&bytes), false).unwrap(), w);
+        assert!(Weights::read(&mut ByteReader::new(&bytes[..bytes.len() - 1]), false).is_err());
         let mut bad = bytes.clone();
         bad[0] = 4;
-        assert!(Weights::read(&mut ByteReader::new(&bad)).is_err());
+        assert!(Weights::read(&mut ByteReader::new(&bad), false).is_err());
         bad = bytes.clone();
-        bad[1..5].copy_from_slice(&f32::NAN.to_le_bytes());
-        assert!(Weights::read(&mut ByteReader::new(&bad)).is_err());
+        bad[1..4].copy_from_slice(&f32::INFINITY.to_le_bytes()[1..]);
+        assert!(Weights::read(&mut ByteReader::new(&bad), false).is_err());
+        // The tables of earlier arrays list every weight.
+        let mut all = vec![2u8];
+        for x in w.classes.iter().flatten() {
+            all.extend_from_slice(&(*x as f32).to_le_bytes());
+        }
+        let old = Weights::read(&mut ByteReader::new(&all), true).unwrap();
+        assert!(old.classes.iter().flatten().zip(w.classes.iter().flatten()).all(|(a, b)| (a - b).abs() < 1e-6));
     }
 
     proptest::proptest! {
@@ -487,6 +588,7 @@ mod tests {
             seed in proptest::prelude::any::<u64>(),
             eb_exp in -12i32..2,
             fit_exp in -12i32..2,
+            by_stored in proptest::prelude::any::<bool>(),
         ) {
             let n: usize = shape.iter().product();
             let mut state = seed | 1;
@@ -510,9 +612,9 @@ mod tests {
             let w = Weights::fit(&samples, 10f64.powi(fit_exp)).unwrap_or_else(|| Weights::lorenzo(shape.len()));
             let walker = Walker::new(&shape, &w).unwrap();
             let q = Quantizer::new(eb, DEFAULT_RADIUS);
-            let coded = encode(&data, &q, &walker);
+            let coded = encode_with(&data, &q, &walker, by_stored);
             let present: Vec<bool> = data.iter().map(|x| !x.is_nan()).collect();
-            let back = decode(&q, &coded.symbols, &coded.exact, &walker, Some(&present)).unwrap();
+            let back = decode(&q, &coded.symbols, &coded.exact, &walker, Some(&present), by_stored).unwrap();
             for ((x, y), &p) in data.iter().zip(&back).zip(&present) {
                 proptest::prop_assert!(!p || (x - y).abs() <= eb, "{x} {y} eb {eb}");
             }
