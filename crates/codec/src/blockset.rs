@@ -27,6 +27,7 @@ use crate::selection;
 use crate::{Config, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 
 const MAGIC: &[u8; 2] = b"AB";
 /// The version byte says how the symbols are coded: Huffman segments (speed mode, and every
@@ -415,47 +416,66 @@ fn neighbour_count(ndim: usize) -> u32 {
     neighbour_offsets(ndim).len() as u32
 }
 
+type NeighbourCells = Arc<Vec<[u32; NEIGHBOURS]>>;
+
+/// Per cell of a block of shape `unit`, its neighbours' cells (`NONE` past the block's lower
+/// faces); empty when cells have no neighbours in space. The same for every block of a shape,
+/// and blocks are small while sets are many: worked out once per shape.
+fn neighbour_cells(unit: &[usize]) -> NeighbourCells {
+    static SHAPES: Mutex<Vec<(Vec<usize>, NeighbourCells)>> = Mutex::new(Vec::new());
+    let mut shapes = SHAPES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, cells)) = shapes.iter().find(|(u, _)| u == unit) {
+        return cells.clone();
+    }
+    let offsets = neighbour_offsets(unit.len());
+    let strides = crate::grid::strides(unit);
+    let n: usize = unit.iter().product();
+    let mut cells = vec![[NONE; NEIGHBOURS]; if offsets.is_empty() { 0 } else { n }];
+    if !cells.is_empty() {
+        crate::grid::for_each_index(unit, |pos| {
+            let k: usize = pos.iter().zip(&strides).map(|(&p, &s)| p * s).sum();
+            for (slot, off) in cells[k].iter_mut().zip(&offsets) {
+                if pos.iter().zip(off).all(|(&p, &o)| p as isize + o >= 0) {
+                    *slot = (k as isize + off.iter().zip(&strides).map(|(&o, &s)| o * s as isize).sum::<isize>()) as u32;
+                }
+            }
+        });
+    }
+    let cells = Arc::new(cells);
+    shapes.push((unit.to_vec(), cells.clone()));
+    cells
+}
+
 /// For every symbol of the blocks `(kind, mask)` (in set order, each coding its stored cells),
 /// the indices of the earlier symbols of its neighbours in space (format.md 14.3): for blocks
 /// walked in C order (Lorenzo, dual quantization, fitted), the stored cells of the block at
 /// `neighbour_offsets`; for the others, `None`.
 fn near_table<'a>(blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>, unit: &[usize]) -> Vec<Near> {
-    let offsets = neighbour_offsets(unit.len());
-    let strides = crate::grid::strides(unit);
+    let cells = neighbour_cells(unit);
     let n: usize = unit.iter().product();
     let mut out: Vec<Near> = Vec::new();
     let mut index = vec![NONE; n];
     for (kind, mask) in blocks {
-        let stored = |k: usize| mask.is_none_or(|m| m[k]);
         let c_order = matches!(kind, BlockKind::Fitted { .. } | BlockKind::Kind(PredictorKind::Lorenzo | PredictorKind::DualQuant));
-        if !c_order || offsets.is_empty() {
-            out.extend((0..n).filter(|&k| stored(k)).map(|_| None));
-            continue;
-        }
         let first = out.len() as u32;
-        let mut next = first;
-        for (k, slot) in index.iter_mut().enumerate() {
-            *slot = if stored(k) {
-                next += 1;
-                next - 1
-            } else {
-                NONE
-            };
-        }
-        for k in (0..n).filter(|&k| stored(k)) {
-            let mut near = [NONE; NEIGHBOURS];
-            for (slot, off) in near.iter_mut().zip(&offsets) {
-                let mut j = k as isize;
-                let inside = off.iter().zip(unit.iter().zip(&strides)).all(|(&o, (&len, &st))| {
-                    let p = (k / st % len) as isize + o;
-                    j += o * st as isize;
-                    p >= 0
-                });
-                if inside {
-                    *slot = index[j as usize];
+        match mask {
+            _ if !c_order || cells.is_empty() => out.extend((0..n).filter(|&k| mask.is_none_or(|m| m[k])).map(|_| None)),
+            // A full block's cell k is its symbol first + k.
+            None => out.extend(cells.iter().map(|c| Some(c.map(|j| if j == NONE { NONE } else { first + j })))),
+            Some(m) => {
+                let mut next = first;
+                for (slot, &stored) in index.iter_mut().zip(m) {
+                    *slot = if stored { next } else { NONE };
+                    next += u32::from(stored);
                 }
+                out.extend(
+                    cells
+                        .iter()
+                        .zip(m)
+                        .filter(|(_, &stored)| stored)
+                        .map(|(c, _)| Some(c.map(|j| if j == NONE { NONE } else { index[j as usize] }))),
+                );
             }
-            out.push(Some(near));
         }
     }
     out
