@@ -30,6 +30,8 @@ mod selection;
 mod stream;
 mod streaming;
 mod target;
+#[cfg(test)]
+mod test_rng;
 mod threads;
 
 pub use bytes::join_into;

@@ -293,13 +293,7 @@ mod tests {
     /// Symbols around `zero` whose spread switches between regions, as residuals of a field
     /// with quiet and busy parts.
     fn regional(n: usize, zero: u16, seed: u64) -> Vec<u16> {
-        let mut state = seed | 1;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(seed);
         (0..n)
             .map(|i| {
                 let spread = if (i / 500) % 2 == 0 { 1 } else { 300 };

@@ -591,13 +591,7 @@ mod tests {
             by_stored in proptest::prelude::any::<bool>(),
         ) {
             let n: usize = shape.iter().product();
-            let mut state = seed | 1;
-            let mut next = || {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state
-            };
+            let mut next = crate::test_rng::xorshift(seed);
             let data: Vec<f64> = (0..n)
                 .map(|k| match next() % 13 {
                     0 => f64::NAN, // absent

@@ -227,12 +227,10 @@ mod tests {
         #[test]
         fn lanes_match_the_c_order_walk(shape in shape(), seed in any::<u64>(), lossless in any::<bool>()) {
             let n: usize = shape.iter().product();
-            let mut state = seed | 1;
+            let mut next = crate::test_rng::xorshift(seed);
             let data: Vec<f32> = (0..n)
                 .map(|k| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
+                    let state = next();
                     match state % 11 {
                         0 => f32::NAN,
                         1 => (state % 1000) as f32 * 1e3,
