@@ -117,3 +117,79 @@ def covered_mask(box: Box, finer, ratio: Sequence[int], node=None) -> np.ndarray
     for lo, hi in covered_pieces(box, finer, ratio, node):
         mask[tuple(slice(a - b, c - b + 1) for a, c, b in zip(lo, hi, box[0]))] = True
     return mask
+
+
+def _cell_boxes(boxes, node, dim: int) -> np.ndarray:
+    """Boxes as an ``(n, 2, dim)`` array of the cells they span: a node box spans the cells
+    between its nodes (a box one node thick keeps the cell above that node, so it still counts)."""
+    a = np.asarray(boxes, dtype=np.int64).reshape(-1, 2, dim)
+    nd = np.asarray(_nodes(node, dim), dtype=np.int64)
+    return np.stack([a[:, 0], np.maximum(a[:, 1] - nd, a[:, 0])], axis=1)
+
+
+def _shared_cells(a: np.ndarray, b: np.ndarray, *, same: bool = False, rows: int = 64) -> np.ndarray:
+    """Per box of ``a``, the cells it shares with the boxes of ``b`` summed (both ``(n, 2, dim)``
+    cell boxes; a box is not counted against itself when ``same``). The boxes of ``a`` go in
+    small chunks of neighbours (sorted by their corner, x first), each against only the boxes
+    of ``b`` that meet the chunk's bounding box, found among those starting near it along x:
+    a level of many boxes costs far fewer than all pairs."""
+    out = np.zeros(len(a), dtype=np.int64)
+    if not len(a) or not len(b):
+        return out
+    by_x = np.argsort(b[:, 0, 0], kind="stable")
+    bx = b[by_x, 0, 0]
+    reach = int((b[:, 1, 0] - b[:, 0, 0]).max())  # no box of b starts further left than this
+    order = np.lexsort(a[:, 0, ::-1].T)
+    for s in range(0, len(a), rows):
+        idx = order[s : s + rows]
+        chunk = a[idx]
+        lo_c, hi_c = chunk[:, 0].min(axis=0), chunk[:, 1].max(axis=0)
+        cand = by_x[np.searchsorted(bx, lo_c[0] - reach) : np.searchsorted(bx, hi_c[0], side="right")]
+        near = cand[np.all((b[cand, 0] <= hi_c) & (b[cand, 1] >= lo_c), axis=1)]
+        lo = np.maximum(chunk[:, None, 0], b[None, near, 0])
+        hi = np.minimum(chunk[:, None, 1], b[None, near, 1])
+        n = np.prod(np.clip(hi - lo + 1, 0, None), axis=2)
+        if same:
+            n[idx[:, None] == near[None, :]] = 0
+        out[idx] = n.sum(axis=1)
+    return out
+
+
+def check_nesting(levels, node, where: str) -> None:
+    """Refuse levels that do not nest: every box of level ``L + 1``, coarsened by level ``L``'s
+    ``ref_ratios``, must lie inside the union of level ``L``'s boxes. ``levels`` are objects with
+    ``boxes`` and ``ref_ratios`` (a :class:`~amrzip.amr.hierarchy.Level`); node boxes are
+    checked through the cells between their nodes. The boxes of a level must not share cells
+    (AMReX and Chombo write disjoint box arrays), which is also what lets the covered cells be
+    counted box by box. Raises ``ValueError`` naming ``where``, the level and one offending box.
+    """
+    cells = []
+    for L, lev in enumerate(levels):
+        dim = len(lev.ref_ratios)
+        c = _cell_boxes(lev.boxes, node, dim)
+        shared = _shared_cells(c, c, same=True)
+        if shared.any():
+            i = int(np.flatnonzero(shared)[0])
+            hit = np.all(np.minimum(c[i, 1], c[:, 1]) >= np.maximum(c[i, 0], c[:, 0]), axis=1)
+            hit[i] = False
+            j = int(np.flatnonzero(hit)[0])
+            raise ValueError(f"{where}: boxes {i} {lev.boxes[i]} and {j} {lev.boxes[j]} of level {L} overlap")
+        cells.append(c)
+    for L in range(len(levels) - 1):
+        fine, coarse = cells[L + 1], cells[L]
+        if not len(fine):
+            continue
+        r = np.asarray(levels[L].ref_ratios, dtype=np.int64)
+        shrunk = np.floor_divide(fine, r)
+        need = np.prod(shrunk[:, 1] - shrunk[:, 0] + 1, axis=1)
+        short = np.flatnonzero(_shared_cells(shrunk, coarse) < need)
+        if len(short):
+            i = int(short[0])
+            raise ValueError(
+                f"{where}: level {L + 1} is not nested in level {L}: its box {i} {levels[L + 1].boxes[i]}, coarsened by "
+                f"{tuple(int(v) for v in r)} to {_as_tuple(shrunk[i])}, is not inside level {L}'s boxes"
+            )
+
+
+def _as_tuple(box: np.ndarray) -> Box:
+    return tuple(int(v) for v in box[0]), tuple(int(v) for v in box[1])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from amrzip.amr.boxes import check_nesting
 from amrzip.amr.hierarchy import Hierarchy, Level
 from amrzip.formats.chombo import (
     FlatSource,
@@ -112,6 +113,7 @@ def read_amrex_hdf5(path) -> Hierarchy:
             dx, ratios = level_geometry(g, L, domains, dim, lw)
             steps.append(as_scalar(g.attrs["steps"], int) if "steps" in g.attrs else 0)
             levels.append(Level(boxes, ratios, dx, domains[L], [0] * len(boxes), list(names), make_loader(entries, boxes)))
+        check_nesting(levels, None, where)
         g0 = f["level_0"]
         prob_lo, prob_hi = physical_extent(g0, levels[0].dx, domains[0], dim)
         time = f.attrs.get("time", g0.attrs.get("time", 0.0))

@@ -26,6 +26,7 @@ from typing import Optional
 
 import numpy as np
 
+from amrzip.amr.boxes import check_nesting
 from amrzip.amr.hierarchy import Box, Hierarchy, Level, box_shape
 
 __all__ = ["is_chombo", "read_chombo"]
@@ -389,6 +390,7 @@ def read_chombo(path) -> Hierarchy:
             if "Processors" in g and g["Processors"].size == len(boxes):
                 owners = [int(v) for v in np.asarray(g["Processors"][()]).reshape(-1)]
             levels.append(Level(boxes, ratios, dx, domains[L], owners, fields, make_loader(entries, boxes)))
+        check_nesting(levels, None, where)
         g0 = f["level_0"]
         prob_lo, prob_hi = physical_extent(g0, levels[0].dx, domains[0], dim)
         time = f.attrs.get("time", g0.attrs.get("time", 0.0))
