@@ -11,11 +11,13 @@ yt, when installed, is the reference for values.
 from __future__ import annotations
 
 import mmap
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from amrzip.amr.boxes import check_nesting
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.formats import detect, read, write_plotfile
 from shared_data import AMREX, CHOMBO, needs_data
@@ -87,23 +89,43 @@ def is_view(a: np.ndarray) -> bool:
 # A test-side plotfile writer for layouts that the shared files do not have.
 
 
-def _rd(dt: np.dtype) -> str:
+def _order(dt: np.dtype, order=None) -> tuple[int, ...]:
+    """AMReX's byte order list: where (from 1) each byte of a value, most significant first,
+    sits in the file."""
+    if order is not None:
+        return tuple(order)
     n = dt.itemsize
-    fmt = "64 11 52 0 1 12 0 1023" if n == 8 else "32 8 23 0 1 9 0 127"
-    order = range(n, 0, -1) if dt.byteorder == "<" or (dt.byteorder == "=" and np.little_endian) else range(1, n + 1)
-    return f"(({n}, ({fmt})),({n}, ({' '.join(map(str, order))})))"
+    return tuple(range(n, 0, -1)) if dt.byteorder == "<" or (dt.byteorder == "=" and np.little_endian) else tuple(range(1, n + 1))
+
+
+def _rd(dt: np.dtype, order=None) -> str:
+    """A RealDescriptor as AMReX prints it: the format list always has 8 numbers, the order list
+    one per byte."""
+    fmt = "64 11 52 0 1 12 0 1023" if dt.itemsize == 8 else "32 8 23 0 1 9 0 127"
+    ords = _order(dt, order)
+    return f"((8, ({fmt})),({len(ords)}, ({' '.join(map(str, ords))})))"
+
+
+def _encode(a: np.ndarray, dt: np.dtype, order=None) -> bytes:
+    """``a`` as the bytes of a FAB component in byte order ``order`` (Fortran order)."""
+    big = np.frombuffer(np.asarray(a, dtype=dt.newbyteorder(">")).tobytes(order="F"), dtype=np.uint8).reshape(-1, dt.itemsize)
+    out = np.empty_like(big)
+    out[:, np.asarray(_order(dt, order)) - 1] = big
+    return out.tobytes()
 
 
 def _box(lo, hi) -> str:
     return f"(({','.join(map(str, lo))}) ({','.join(map(str, hi))}) ({','.join('0' for _ in lo)}))"
 
 
-def write_variant(h, src, dst, *, version=1, dtype="<f8", file_of=None, ghost=0, empty_file=None, eb=False, intvect_ghost=False):
+def write_variant(h, src, dst, *, version=1, dtype="<f8", order=None, file_of=None, ghost=0, empty_file=None, eb=False,
+                  intvect_ghost=False):
     """Rewrite plotfile ``src`` (read as ``h``) at ``dst`` in another VisMF layout.
 
-    ``file_of(i)`` is the data file number of box ``i`` (boxes are written in reverse order, so
-    offsets do not follow box numbers); ``ghost`` grows every stored box by that many cells
-    (filled with junk); ``empty_file`` names an extra zero-byte data file; ``eb`` adds a
+    ``dtype`` and ``order`` (AMReX's byte order list; by default the dtype's own) give the
+    stored reals. ``file_of(i)`` is the data file number of box ``i`` (boxes are written in
+    reverse order, so offsets do not follow box numbers); ``ghost`` grows every stored box by
+    that many cells (filled with junk); ``empty_file`` names an extra zero-byte data file; ``eb`` adds a
     ``vfrac`` field, the per-level EB lines at the Header's end and extra folders and files.
     """
     dst = Path(dst)
@@ -139,13 +161,13 @@ def write_variant(h, src, dst, *, version=1, dtype="<f8", file_of=None, ghost=0,
             inner = tuple(slice(ghost, ghost + n) for n in box_shape(lev.boxes[i]))
             fods[i] = (name, f.tell())
             if version == 1:
-                f.write(f"FAB {_rd(dt)}{_box(glo, ghi)} {ncomp}\n".encode())
+                f.write(f"FAB {_rd(dt, order)}{_box(glo, ghi)} {ncomp}\n".encode())
             for c in range(ncomp):
                 a = lev.box_data(h.fields[c], i) if c < len(h.fields) else np.ones(box_shape(lev.boxes[i]))
                 full = np.full(shape, -1.5e30)
                 full[inner] = a
                 mins[i, c], maxs[i, c] = a.min(), a.max()
-                f.write(full.astype(dt).tobytes(order="F"))
+                f.write(_encode(full, dt, order))
         for f in handles.values():
             f.close()
         if empty_file:
@@ -159,7 +181,7 @@ def write_variant(h, src, dst, *, version=1, dtype="<f8", file_of=None, ghost=0,
         if version == 4:
             out += ["".join(f"{v:.16e}," for v in mins.min(axis=0)), "".join(f"{v:.16e}," for v in maxs.max(axis=0))]
         if version >= 2:
-            out.append(_rd(dt))
+            out.append(_rd(dt, order))
         (ldir / "Cell_H").write_text("\n".join(out) + "\n")
     return dst
 
@@ -418,15 +440,38 @@ def test_cell_header_versions(tmp_path, version):
 
 
 @needs_data
-@pytest.mark.parametrize("dtype", ["<f4", ">f4", ">f8"])
+@pytest.mark.parametrize(
+    "dtype, descriptor",
+    [
+        ("<f4", "((8, (32 8 23 0 1 9 0 127)),(4, (4 3 2 1)))"),
+        (">f4", "((8, (32 8 23 0 1 9 0 127)),(4, (1 2 3 4)))"),
+        (">f8", "((8, (64 11 52 0 1 12 0 1023)),(8, (1 2 3 4 5 6 7 8)))"),
+    ],
+)
 @pytest.mark.parametrize("version", [1, 2])
-def test_float32_and_big_endian(tmp_path, dtype, version):
+def test_float32_and_big_endian(tmp_path, dtype, descriptor, version):
     h = load("pelelmex_3d")
     out = write_variant(h, AMREX / "pelelmex_3d", tmp_path / "plt", version=version, dtype=dtype)
+    # The descriptor as AMReX prints it, where each version puts it.
+    if version == 1:
+        assert (out / "Level_0" / "Cell_D_00000").read_bytes().startswith(f"FAB {descriptor}((".encode())
+    else:
+        assert (out / "Level_0" / "Cell_H").read_text().splitlines()[-1] == descriptor
     back = read(out)
     assert back.dtype() == np.dtype(dtype)
     assert_same(h, back, fields=h.fields[:: 5], dtype=dtype)
     assert is_view(back.levels[2].box_data("temp", 3))
+
+
+@needs_data
+@pytest.mark.parametrize("dtype, order", [("f8", (2, 1, 4, 3, 6, 5, 8, 7)), ("f4", (2, 1, 4, 3))])
+def test_mixed_byte_order(tmp_path, dtype, order):
+    """AMReX's third byte order (FPC's reverse_*_order_2) is read too, as copies."""
+    h = load("advection_2d_4levels")
+    out = write_variant(h, AMREX / "advection_2d_4levels", tmp_path / "plt", version=1, dtype=dtype, order=order)
+    back = read(out)
+    assert back.dtype() == np.dtype(">" + dtype)
+    assert_same(h, back, dtype=dtype)
 
 
 @needs_data
@@ -698,3 +743,264 @@ def test_amrex_hdf5_bad_offsets_are_refused(tmp_path):
         f["level_1/data:offsets=0"][...] = off
     with pytest.raises(ValueError, match="bad.h5 level_1"):
         read(p)
+
+
+# ---------------------------------------------------------------------------------------------
+# files that must be refused: each error is one line naming the file and what is wrong
+
+
+def refused(path, *fragments) -> str:
+    """Reading ``path`` raises a one-line ``ValueError`` holding every fragment."""
+    with pytest.raises(ValueError) as e:
+        read(path)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    for fragment in fragments:
+        assert str(fragment) in msg, msg
+    return msg
+
+
+def two_levels(coarse, fine, *, node=None, domain=((0, 0), (15, 15)), ratio=2) -> Hierarchy:
+    """A 2-d hierarchy of two levels and two fields, random values."""
+    rng = np.random.default_rng(3)
+
+    def data(boxes):
+        return {f: [rng.random(box_shape(b)) for b in boxes] for f in ("u", "v")}
+
+    return Hierarchy.from_arrays(
+        [{"boxes": list(coarse), "ref_ratio": ratio, "domain": domain, "data": data(coarse)}, {"boxes": list(fine), "data": data(fine)}],
+        prob_lo=(0.0, 0.0), prob_hi=(1.0, 1.0), node=node, attrs={"level_steps": [0, 0]},
+    )
+
+
+# Two coarse boxes side by side; the first fine box straddles them, the second lies in one.
+COARSE = [((0, 0), (7, 15)), ((8, 0), (15, 15))]
+FINE = [((12, 4), (19, 7)), ((20, 8), (23, 13))]
+
+
+@pytest.fixture
+def plotfile(tmp_path) -> Path:
+    out = write_plotfile(two_levels(COARSE, FINE), tmp_path / "plt")
+    assert read(out).levels[1].boxes == FINE
+    return out
+
+
+def edit(path: Path, old: bytes, new: bytes, count: int = 1) -> None:
+    """Replace ``old`` by ``new`` (of the same length, so later offsets hold) in a file."""
+    data = path.read_bytes()
+    assert data.count(old) >= count and len(old) == len(new), (old, data[:200])
+    path.write_bytes(data.replace(old, new, count))
+
+
+def test_fab_larger_than_its_cell_h_box_is_refused(plotfile):
+    # Bigger than Cell_H's box with no ghost cells declared: once cropped and read on into the
+    # next box's bytes.
+    data = plotfile / "Level_1" / "Cell_D_00000"
+    edit(data, b"((12,4) (19,7) (0,0)) 2", b"((11,4) (19,8) (0,0)) 2")
+    refused(plotfile, data, "box 0 of level 1", "((11,4) (19,8) (0,0))", plotfile / "Level_1" / "Cell_H", "((12,4) (19,7) (0,0))")
+
+
+def test_fab_box_must_be_the_ghost_grown_box(tmp_path, plotfile):
+    cell_h = plotfile / "Level_1" / "Cell_H"
+    lines = cell_h.read_text().splitlines()
+    assert lines[3] == "0"  # the ghost width
+    cell_h.write_text("\n".join(lines[:3] + ["1"] + lines[4:]) + "\n")
+    refused(plotfile, plotfile / "Level_1" / "Cell_D_00000", "ghost width (1, 1)", "((11,3) (20,8) (0,0))")
+    # Ghost cells written and declared read; declared wider than written refused.
+    h = two_levels(COARSE, FINE)
+    out = write_variant(h, write_plotfile(h, tmp_path / "src"), tmp_path / "ghosts", ghost=1)
+    assert_same(h, read(out))
+    cell_h = out / "Level_0" / "Cell_H"
+    edit(cell_h, b"\n1\n(2 0", b"\n2\n(2 0")
+    refused(out, out / "Level_0" / "Cell_D_00000", "ghost width (2, 2)")
+
+
+def test_fab_index_type_must_match_cell_h(plotfile):
+    data = plotfile / "Level_1" / "Cell_D_00000"
+    edit(data, b"((12,4) (19,7) (0,0))", b"((12,4) (19,7) (1,1))")
+    refused(plotfile, data, "box 0 of level 1", "(1,1)")
+
+
+def test_fab_component_count_must_match_cell_h(plotfile):
+    data = plotfile / "Level_1" / "Cell_D_00000"
+    edit(data, b"((20,8) (23,13) (0,0)) 2\n", b"((20,8) (23,13) (0,0)) 3\n")
+    refused(plotfile, data, "box 1 of level 1", "3 components", "declares 2")
+
+
+def test_fab_real_descriptors(plotfile):
+    data = plotfile / "Level_0" / "Cell_D_00000"
+    raw = data.read_bytes()
+    # One level, one format: box 1 claiming big-endian while box 0 is little-endian.
+    second = raw.index(b"FAB ", 1)
+    data.write_bytes(raw[:second] + raw[second:].replace(b"(8 7 6 5 4 3 2 1)", b"(1 2 3 4 5 6 7 8)", 1))
+    refused(plotfile, data, "box 1 of level 0", "real descriptor", "(1 2 3 4 5 6 7 8)", "the level's first FAB")
+    # Not IEEE; not a byte order; counts that contradict their lists.
+    for old, new, what in (
+        (b"0 1 12 0 1023)", b"0 1 12 0 1024)", "unsupported real format"),
+        (b"(8 7 6 5 4 3 2 1)", b"(8 7 6 5 4 3 2 2)", "not an order of 8 bytes"),
+        (b",(8, (8 7", b",(7, (8 7", "counts that do not match"),
+    ):
+        data.write_bytes(raw.replace(old, new, 1))
+        refused(plotfile, data, "offset 0", what)
+
+
+def test_float32_as_amrex_writes_it(tmp_path):
+    h = two_levels(COARSE, FINE)
+    out = write_plotfile(h, tmp_path / "plt", dtype=np.float32)
+    data = out / "Level_0" / "Cell_D_00000"
+    assert data.read_bytes().startswith(b"FAB ((8, (32 8 23 0 1 9 0 127)),(4, (4 3 2 1)))((0,0) (7,15) (0,0)) 2\n")
+    assert read(out).dtype("v") == np.dtype("<f4")
+    # amrzip's writer once gave the float32 format list a count of 4: still read.
+    for level in ("Level_0", "Level_1"):
+        path = out / level / "Cell_D_00000"
+        path.write_bytes(path.read_bytes().replace(b"((8, (32 8", b"((4, (32 8"))
+    assert_same(h, read(out), dtype=np.float32)
+
+
+def test_v2_fab_bytes_must_lie_in_the_file_and_not_overlap(tmp_path):
+    h = two_levels(COARSE, FINE)
+    src = write_plotfile(h, tmp_path / "src")
+    out = write_variant(h, src, tmp_path / "v2", version=2)
+    cell_h = out / "Level_1" / "Cell_H"
+    text = cell_h.read_text()
+    assert "FabOnDisk: Cell_D_00000 0\n" in text  # boxes are written last to first
+    nbytes = 2 * 8 * 4 * 6  # box 1: two components of 4 x 6 float64
+    assert f"FabOnDisk: Cell_D_00000 {nbytes}\n" in text
+    for offset, what in ((nbytes - 8, "overlap"), (10**6, "truncated"), (-8, "FabOnDisk offset")):
+        cell_h.write_text(text.replace(f"FabOnDisk: Cell_D_00000 {nbytes}\n", f"FabOnDisk: Cell_D_00000 {offset}\n"))
+        where = cell_h if what == "FabOnDisk offset" else out / "Level_1" / "Cell_D_00000"
+        refused(out, where, what)
+
+
+# --- nesting
+
+
+def test_level_outside_the_level_below_is_refused(tmp_path):
+    out = write_plotfile(two_levels([((0, 0), (7, 15))], [((4, 4), (11, 7)), ((16, 0), (19, 3))]), tmp_path / "plt")
+    refused(out, out, "level 1 is not nested in level 0", "box 1 ((16, 0), (19, 3))", "to ((8, 0), (9, 1))")
+
+
+def test_level_over_a_gap_in_the_level_below_is_refused(tmp_path):
+    # Both ends of the fine box are over coarse boxes, its middle over nothing.
+    out = write_plotfile(two_levels([((0, 0), (3, 15)), ((8, 0), (15, 15))], [((6, 0), (17, 3))]), tmp_path / "plt")
+    refused(out, out, "level 1 is not nested in level 0", "box 0")
+
+
+def test_overlapping_boxes_are_refused(tmp_path):
+    out = write_plotfile(two_levels([((0, 0), (8, 15)), ((8, 0), (15, 15))], FINE), tmp_path / "plt")
+    refused(out, out, "boxes 0 ((0, 0), (8, 15)) and 1 ((8, 0), (15, 15)) of level 0 overlap")
+
+
+def test_node_centred_nesting(tmp_path):
+    # Node boxes of neighbouring grids share their face nodes: not an overlap.
+    coarse = [((0, 0), (8, 16)), ((8, 0), (16, 16))]
+    h = two_levels(coarse, [((12, 4), (20, 8))], node=(True, True))
+    assert_same(h, read(write_plotfile(h, tmp_path / "ok")))
+    # A fine box may end on the coarse boxes' last node, not one fine cell past it.
+    assert read(write_plotfile(two_levels(coarse, [((24, 0), (32, 4))], node=(True, True)), tmp_path / "edge")).nodal == (True, True)
+    out = write_plotfile(two_levels(coarse, [((26, 0), (34, 4))], node=(True, True)), tmp_path / "bad")
+    refused(out, out, "level 1 is not nested in level 0", "box 0 ((26, 0), (34, 4))")
+
+
+def test_nesting_against_brute_force():
+    """check_nesting's verdict against sets of cells, on random disjoint coarse tiles and a
+    random fine box, 3-d, cell and node boxes."""
+    rng = np.random.default_rng(7)
+
+    class Lev:
+        def __init__(self, boxes, ratios):
+            self.boxes, self.ref_ratios = boxes, ratios
+
+    def cells(boxes):
+        return {(i, j, k) for lo, hi in boxes for i in range(lo[0], hi[0] + 1) for j in range(lo[1], hi[1] + 1) for k in range(lo[2], hi[2] + 1)}
+
+    verdicts = set()
+    for case in range(400):
+        node = (False,) * 3 if case % 2 else tuple(bool(v) for v in rng.integers(0, 2, 3))
+        r = tuple(int(v) for v in rng.choice([1, 2, 4], 3))
+        tiles = [((i * 3, j * 3, k * 3), (i * 3 + 2, j * 3 + 2, k * 3 + 2)) for i in range(3) for j in range(3) for k in range(3)]
+        coarse = [tiles[t] for t in rng.choice(len(tiles), int(rng.integers(1, 27)), replace=False)]
+        lo = rng.integers(0, 9, 3) * np.array(r) + rng.integers(0, 2, 3)
+        fine = [(tuple(int(v) for v in lo), tuple(int(v) for v in lo + rng.integers(0, 6, 3)))]
+        # Brute force, in cells: a node box spans the cells between its nodes.
+        as_cells = [(lo, tuple(max(h - n, l) for l, h, n in zip(lo, hi, node))) for lo, hi in fine]
+        have = cells(coarse)
+        nested = all({tuple(c // q for c, q in zip(cell, r)) for cell in cells([b])} <= have for b in as_cells)
+        nodes = [(lo, tuple(h + n for h, n in zip(hi, node))) for lo, hi in coarse]  # the same tiles as node boxes
+        try:
+            check_nesting([Lev(nodes, r), Lev(fine, (1, 1, 1))], node, "f")
+            verdicts.add(True)
+            assert nested, (coarse, fine, r, node)
+        except ValueError as e:
+            verdicts.add(False)
+            assert not nested and "not nested" in str(e), (coarse, fine, r, node, e)
+    assert verdicts == {True, False}
+
+
+def test_nesting_of_many_boxes_is_quick():
+    import time
+
+    n = 24  # 24^3 coarse boxes of 4^3 cells, and a fine box over each
+    g = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), -1).reshape(-1, 3) * 4
+    coarse = [(tuple(map(int, lo)), tuple(map(int, lo + 3))) for lo in g]
+    fine = [(tuple(map(int, 2 * lo)), tuple(map(int, 2 * lo + 7))) for lo in g]
+
+    class Lev:
+        def __init__(self, boxes, ratios):
+            self.boxes, self.ref_ratios = boxes, ratios
+
+    start = time.perf_counter()
+    check_nesting([Lev(coarse, (2, 2, 2)), Lev(fine, (1, 1, 1))], None, "f")
+    assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("kind", ["chombo", "amrex-hdf5"])
+def test_hdf5_levels_must_nest(tmp_path, kind):
+    _h5py()
+    good, bad = two_levels(COARSE, FINE), two_levels([((0, 0), (7, 15))], FINE)
+    write = _write_chombo if kind == "chombo" else _write_amrex_h5
+    write(good, tmp_path / "good.h5")
+    assert_same(good, read(tmp_path / "good.h5"), geometry=False)
+    write(bad, tmp_path / "bad.h5")
+    assert detect(tmp_path / "bad.h5") == kind
+    refused(tmp_path / "bad.h5", tmp_path / "bad.h5", "level 1 is not nested in level 0", "box 0 ((12, 4), (19, 7))")
+
+
+# --- checkpoints
+
+
+def _checkpoint(tmp_path, name: str, header: str, mf: str) -> Path:
+    """A checkpoint folder: ``header`` as its Header, and level 0's data (a plotfile's) as the
+    MultiFab ``Level_0/<mf>``."""
+    src = write_plotfile(two_levels(COARSE, FINE), tmp_path / f"{name}.src")
+    chk = tmp_path / name
+    (chk / "Level_0").mkdir(parents=True)
+    (chk / "Header").write_text(header)
+    cell_h = (src / "Level_0" / "Cell_H").read_text().replace("Cell_D_", f"{mf}_D_")
+    (chk / "Level_0" / f"{mf}_H").write_text(cell_h)
+    shutil.copy(src / "Level_0" / "Cell_D_00000", chk / "Level_0" / f"{mf}_D_00000")
+    return chk
+
+
+@pytest.mark.parametrize(
+    "header, mf, sign",
+    [
+        # Amr::checkPoint: version, dimension, time, max and finest level, geometry...
+        ("CheckPointVersion_1.0\n2\n0.5\n1\n0\n((0,0) (15,15) (0,0)) \n2 \n", "SD_0_New_MF", "'CheckPointVersion_1.0'"),
+        # AmrCore tutorials: a title, the finest level, steps, dt, times, box arrays.
+        ("Checkpoint file for AmrCoreAdv\n0\n20 \n0.01 \n0.2 \n(1 0\n((0,0) (15,15) (0,0))\n)\n", "phi", "'Checkpoint file for AmrCoreAdv'"),
+        # Older Amr checkpoints start with the dimension.
+        ("2\n0\n1\n0\n", "SD_0_New_MF", "Level_0 holds SD_0_New_MF_H and no Cell_H"),
+    ],
+)
+def test_checkpoints_are_named_as_such(tmp_path, header, mf, sign):
+    chk = _checkpoint(tmp_path, "chk00020", header, mf)
+    for call in (read, detect):
+        with pytest.raises(ValueError) as e:
+            call(chk)
+        assert str(e.value).startswith(f"{chk}: an AMReX checkpoint ("), e.value
+        assert sign in str(e.value) and "convert a plotfile" in str(e.value) and "\n" not in str(e.value)
+    # Nor is a checkpoint taken for a plotfile to be replaced.
+    with pytest.raises(ValueError, match="exists and is not a plotfile"):
+        write_plotfile(two_levels(COARSE, FINE), chk)
+    assert (chk / "Header").read_text() == header

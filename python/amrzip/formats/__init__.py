@@ -17,7 +17,7 @@ from pathlib import Path
 from amrzip.amr.hierarchy import Hierarchy
 from amrzip.formats.amrex_hdf5 import is_amrex_hdf5, read_amrex_hdf5
 from amrzip.formats.chombo import is_chombo, read_chombo
-from amrzip.formats.plotfile import is_plotfile, read_plotfile, write_plotfile
+from amrzip.formats.plotfile import is_plotfile, read_plotfile, refuse_checkpoint, write_plotfile
 
 __all__ = ["read", "detect", "read_plotfile", "read_amrex_hdf5", "read_chombo", "write_plotfile"]
 
@@ -47,11 +47,14 @@ def detect(path) -> str:
     """
     p = Path(path)
     if p.is_dir():
+        refuse_checkpoint(p)
         if is_plotfile(p):
             return "amrex-plotfile"
         raise ValueError(f"{p}: a folder but not an AMReX plotfile (no Header file with a version line)")
-    if p.is_file() and p.name == "Header" and is_plotfile(p.parent):
-        return "amrex-plotfile"
+    if p.is_file() and p.name == "Header":
+        refuse_checkpoint(p.parent)
+        if is_plotfile(p.parent):
+            return "amrex-plotfile"
     if not p.exists():
         raise ValueError(f"{p}: no such file or folder")
     if _looks_hdf5(p):

@@ -8,13 +8,15 @@ another, each in Fortran order (x fastest), over the box grown by the header's g
 VisMF cell-header versions: 1 puts a text ``FAB (<real descriptor>)(<box>) <ncomp>`` line before
 each box's values and lists per-box min/max in ``Cell_H``; 2 has no FAB lines and ends
 ``Cell_H`` with the real descriptor; 3 adds the per-box min/max back; 4 has per-component
-min/max over the whole level instead. The real descriptor gives the float width (4 or 8 bytes)
-and byte order.
+min/max over the whole level instead. The real descriptor gives the float format (IEEE
+float32 or float64) and byte order.
 
 The reader returns a :class:`~amrzip.amr.hierarchy.Hierarchy` whose arrays are memory-mapped
-views of the data files; it checks at read time that every box lies wholly inside its file, so a
-truncated plotfile is refused up front. :func:`write_plotfile` writes version-1 plotfiles as
-AMReX's ``WriteMultiLevelPlotfile`` does.
+views of the data files. It checks everything up front, at read time: each FAB against
+``Cell_H`` (box grown by the ghost width, index type, component count, one real descriptor per
+level), each FAB's bytes inside its file and clear of the other FABs there, and the levels'
+nesting; AMReX checkpoint folders are named as such and refused. :func:`write_plotfile` writes
+version-1 plotfiles as AMReX's ``WriteMultiLevelPlotfile`` does.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import numpy as np
 
+from amrzip.amr.boxes import check_nesting
 from amrzip.amr.hierarchy import Box, Hierarchy, Level, box_shape
 
-__all__ = ["is_plotfile", "read_plotfile", "write_plotfile"]
+__all__ = ["is_plotfile", "checkpoint_sign", "refuse_checkpoint", "read_plotfile", "write_plotfile"]
 
 # How many data files a hierarchy keeps mapped at once (each mapping holds a file descriptor).
 _MAX_OPEN_FILES = 128
@@ -46,21 +50,63 @@ _IEEE_FORMATS = {
 }
 
 
+def _header_head(root: Path) -> list[bytes]:
+    """The first lines of ``root/Header`` (none when it cannot be read)."""
+    try:
+        with open(root / "Header", "rb") as f:
+            return f.read(256).split(b"\n")
+    except OSError:
+        return []
+
+
 def is_plotfile(path) -> bool:
     """Whether ``path`` is a plotfile folder: a ``Header`` whose first lines are a version name
-    (one word, like ``HyperCLaw-V1.1``) and a field count."""
-    header = Path(path) / "Header"
-    if not header.is_file():
-        return False
-    try:
-        with open(header, "rb") as f:
-            head = f.read(256).split(b"\n")
-    except OSError:
-        return False
+    (one word, like ``HyperCLaw-V1.1``; not a checkpoint's ``CheckPointVersion_1.0``, nor a
+    bare number, which starts older checkpoints) and a field count."""
+    head = _header_head(Path(path))
     if len(head) < 2:
         return False
     version = head[0].strip()
-    return bool(version) and len(version.split()) == 1 and version.isascii() and head[1].strip().isdigit()
+    return (
+        bool(version)
+        and len(version.split()) == 1
+        and version.isascii()
+        and not version.startswith(b"CheckPointVersion")
+        and not version.isdigit()
+        and head[1].strip().isdigit()
+    )
+
+
+def checkpoint_sign(path) -> Optional[str]:
+    """What shows ``path`` to be an AMReX checkpoint folder, or None. ``Amr`` checkpoints start
+    their Header with ``CheckPointVersion_1.0``; AmrCore codes write a title of their own, such
+    as ``Checkpoint file for AmrCoreAdv``; failing that, a Header that is not a plotfile's beside
+    a ``Level_0`` of MultiFab headers (``SD_0_New_MF_H``, ``phi_H``) with no ``Cell_H``."""
+    root = Path(path)
+    head = _header_head(root)
+    if not head:
+        return None
+    first = head[0].strip().decode("ascii", errors="replace")
+    if first.startswith("CheckPointVersion") or "checkpoint" in first.lower():
+        return f"its Header starts {first[:60]!r}"
+    level0 = root / "Level_0"
+    if not is_plotfile(root) and level0.is_dir() and not (level0 / "Cell_H").exists():
+        headers = sorted(p.name for p in level0.glob("*_H"))
+        if headers:
+            return f"its Level_0 holds {headers[0]} and no Cell_H"
+    return None
+
+
+def refuse_checkpoint(path) -> None:
+    """Raise ``ValueError`` when ``path`` is an AMReX checkpoint folder. Checkpoints hold the same
+    kind of MultiFabs, but not the field names (the solver's state layout lives in its code) and,
+    from AmrCore codes, not the geometry either, so they are not read."""
+    sign = checkpoint_sign(path)
+    if sign:
+        raise ValueError(
+            f"{path}: an AMReX checkpoint ({sign}), not a plotfile: checkpoints carry no field names; "
+            "convert a plotfile of the same step instead"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,20 +127,47 @@ def _parse_box(m: re.Match) -> tuple[Box, tuple[int, ...]]:
     return (lo, hi), kind
 
 
-def _real_dtype(fmt_n: str, fmt: str, ord_n: str, order: str, where: str) -> np.dtype:
-    """The numpy dtype of an AMReX RealDescriptor: IEEE float32/float64 in either byte order."""
-    nbytes = int(fmt_n)
-    fmt_v = _ints(fmt)
-    ord_v = _ints(order)
-    if nbytes not in _IEEE_FORMATS or fmt_v[:1] != (8 * nbytes,) or len(ord_v) != nbytes or int(ord_n) != nbytes:
-        raise ValueError(f"{where}: unsupported real format ({fmt_n}, ({fmt})),({ord_n}, ({order}))")
-    if ord_v == tuple(range(1, nbytes + 1)):
-        endian = ">"
-    elif ord_v == tuple(range(nbytes, 0, -1)):
-        endian = "<"
-    else:
-        raise ValueError(f"{where}: unsupported byte order ({order}) (neither big- nor little-endian)")
-    return np.dtype(f"{endian}f{nbytes}")
+class _Real(NamedTuple):
+    """An AMReX RealDescriptor: the float format (always 8 numbers: bits, exponent bits,
+    mantissa bits, the three start bits, the hidden-bit flag, the bias) and the byte order,
+    ``order[k]`` being where in the file (from 1) the ``k``-th most significant byte sits."""
+
+    fmt: tuple[int, ...]
+    order: tuple[int, ...]
+
+    @property
+    def dtype(self) -> np.dtype:
+        n = len(self.order)
+        return np.dtype(f"<f{n}" if self.order == tuple(range(n, 0, -1)) else f">f{n}")
+
+    @property
+    def perm(self) -> Optional[np.ndarray]:
+        """The file's bytes to take, in order, to make big-endian values; None when the data is
+        plain big- or little-endian (then it is read as a view)."""
+        n = len(self.order)
+        if self.order in (tuple(range(1, n + 1)), tuple(range(n, 0, -1))):
+            return None
+        return np.asarray(self.order) - 1
+
+    def __str__(self) -> str:
+        return f"(({len(self.fmt)}, ({' '.join(map(str, self.fmt))})),({len(self.order)}, ({' '.join(map(str, self.order))})))"
+
+
+def _parse_real(fmt_n: str, fmt: str, ord_n: str, order: str, where: str) -> _Real:
+    """An AMReX RealDescriptor as written: ``((8, (<format>)),(<nbytes>, (<order>)))``. Any IEEE
+    float32/float64 format in any byte order is accepted (AMReX writes big- and little-endian, and
+    knows one mixed order, ``(2 1 4 3 ...)``)."""
+    fmt_v, ord_v = _ints(fmt), _ints(order)
+    text = f"(({fmt_n}, ({fmt})),({ord_n}, ({order})))"
+    nbytes = next((n for n, f in _IEEE_FORMATS.items() if f == fmt_v), None)
+    if nbytes is None:
+        raise ValueError(f"{where}: unsupported real format {text} (only IEEE float32 and float64 are read)")
+    # The format list's count is 8; amrzip's writer once put the byte count there for float32.
+    if int(fmt_n) not in (len(fmt_v), nbytes) or int(ord_n) != len(ord_v):
+        raise ValueError(f"{where}: real descriptor {text} gives counts that do not match its lists")
+    if sorted(ord_v) != list(range(1, nbytes + 1)):
+        raise ValueError(f"{where}: real descriptor {text} has a byte order that is not an order of {nbytes} bytes")
+    return _Real(fmt_v, ord_v)
 
 
 class _Lines:
@@ -206,6 +279,8 @@ def _parse_cell_header(path: Path, dim: int) -> dict:
             if len(words) != 3 or words[0] != "FabOnDisk:":
                 raise src.fail("FabOnDisk entry")
             fods.append((words[1], int(words[2])))
+            if fods[-1][1] < 0:
+                raise src.fail("FabOnDisk offset")
     except (ValueError, IndexError) as e:
         if isinstance(e, ValueError) and str(e).startswith(str(path)):
             raise
@@ -217,7 +292,7 @@ def _parse_cell_header(path: Path, dim: int) -> dict:
         found = list(_RD_RE.finditer(rest))
         if not found:
             raise ValueError(f"{path}: version {vers} cell header without a real descriptor line")
-        ch["dtype"] = _real_dtype(*found[-1].groups(), where=str(path))
+        ch["real"] = _parse_real(*found[-1].groups(), where=str(path))
     return ch
 
 
@@ -239,8 +314,9 @@ class _Files:
         return mm
 
 
-def _fab_headers(level_dir: Path, fods, cell_h: Path) -> list[tuple[int, np.dtype, Box, int]]:
-    """Version 1: parse each box's FAB line -> (data offset, dtype, stored box, ncomp)."""
+def _fab_headers(level_dir: Path, fods, cell_h: Path) -> list[tuple[int, _Real, Box, tuple[int, ...], int]]:
+    """Version 1: parse each box's FAB line -> (data offset, real descriptor, stored box, its
+    index type, ncomp)."""
     out: list = [None] * len(fods)
     by_file: dict[str, list[int]] = {}
     for i, (name, _) in enumerate(fods):
@@ -263,9 +339,8 @@ def _fab_headers(level_dir: Path, fods, cell_h: Path) -> list[tuple[int, np.dtyp
                 m = _FAB_RE.match(line)
                 if m is None:
                     raise ValueError(f"{fpath}: unsupported or corrupt FAB header at offset {off}: {line[:100]!r}")
-                dt = _real_dtype(*m.groups()[:4], where=f"{fpath} offset {off}")
-                lo, hi = _ints(m.group(5)), _ints(m.group(6))
-                out[i] = (off + nl + 1, dt, (lo, hi), int(m.group(8)))
+                real = _parse_real(*m.groups()[:4], where=f"{fpath} offset {off}")
+                out[i] = (off + nl + 1, real, (_ints(m.group(5)), _ints(m.group(6))), _ints(m.group(7)), int(m.group(8)))
     return out
 
 
@@ -287,22 +362,32 @@ def _read_level(root: Path, L: int, rel: str, dim: int, nfields: int, files: _Fi
         raise ValueError(f"{cell_h}: {ch['ncomp']} components, the Header names {nfields} fields")
     level_dir = cell_h.parent
     boxes, fods, ngrow = ch["boxes"], ch["fods"], ch["ngrow"]
+    kind = tuple(int(v) for v in ch["node"])
     if ch["version"] == 1:
         fabs = _fab_headers(level_dir, fods, cell_h)
     else:
-        fabs = [(off, ch["dtype"], _grow(b, ngrow), ch["ncomp"]) for b, (_, off) in zip(boxes, fods)]
-    # Where each box's data starts, its stored (ghost-grown) shape and how to crop it.
+        fabs = [(off, ch["real"], _grow(b, ngrow), kind, ch["ncomp"]) for b, (_, off) in zip(boxes, fods)]
+    # Each FAB must be exactly what Cell_H says (a wrong box or component count would misplace
+    # every value after it); then where its data starts, its stored shape and how to crop it.
     entries = []
     sizes: dict[str, int] = {}
-    for i, (box, (name, _), (start, dt, stored, nc)) in enumerate(zip(boxes, fods, fabs)):
+    spans: dict[str, list[tuple[int, int, int]]] = {}  # per data file: (first byte, end, box)
+    for i, (box, (name, off), (start, real, stored, stored_kind, nc)) in enumerate(zip(boxes, fods, fabs)):
         fpath = level_dir / name
-        if len(stored[0]) != dim or any(sl > bl or sh < bh for sl, sh, bl, bh in zip(stored[0], stored[1], box[0], box[1])):
-            raise ValueError(f"{fpath}: box {i} of level {L} is stored as {stored}, which does not contain its box {box} from {cell_h}")
-        if nc < nfields:
-            raise ValueError(f"{fpath}: box {i} of level {L} has {nc} components, the Header names {nfields} fields")
+        what = f"{fpath}: the FAB of box {i} of level {L} (offset {off})"
+        want = _grow(box, ngrow)
+        if stored != want or stored_kind != kind:
+            raise ValueError(
+                f"{what} is stored on {_fmt_box(stored, stored_kind)}, but {cell_h} gives box {_fmt_box(box, kind)} "
+                f"and ghost width {ngrow}, so {_fmt_box(want, kind)}"
+            )
+        if nc != ch["ncomp"]:
+            raise ValueError(f"{what} has {nc} components, {cell_h} declares {ch['ncomp']}")
+        if real != fabs[0][1]:
+            raise ValueError(f"{what} has real descriptor {real}, the level's first FAB {fabs[0][1]}: a level is written in one format")
         shape = box_shape(stored)
-        ncell = int(np.prod(shape, dtype=np.int64))
-        end = start + nc * ncell * dt.itemsize
+        comp_bytes = int(np.prod(shape, dtype=np.int64)) * len(real.order)
+        end = start + nc * comp_bytes
         key = str(fpath)
         if key not in sizes:
             try:
@@ -313,14 +398,27 @@ def _read_level(root: Path, L: int, rel: str, dim: int, nfields: int, files: _Fi
             raise ValueError(
                 f"{fpath}: truncated: box {i} of level {L} needs bytes {start}..{end}, the file has {sizes[key]}"
             )
-        crop = tuple(slice(b - s, b - s + n) for b, s, n in zip(box[0], stored[0], box_shape(box)))
-        entries.append((key, start, dt, shape, ncell * dt.itemsize, crop))
+        spans.setdefault(key, []).append((off, end, i))
+        crop = tuple(slice(g, g + n) for g, n in zip(ngrow, box_shape(box)))
+        entries.append((key, start, real.dtype, real.perm, shape, comp_bytes, crop))
+    for key, found in spans.items():
+        a = np.array(found, dtype=np.int64)
+        a = a[np.argsort(a[:, 0], kind="stable")]
+        clash = np.flatnonzero(a[1:, 0] < a[:-1, 1])
+        if len(clash):
+            (s0, e0, i0), (s1, _, i1) = a[clash[0]], a[clash[0] + 1]
+            raise ValueError(f"{key}: the FABs of boxes {i0} (bytes {s0}..{e0}) and {i1} (from byte {s1}) of level {L} overlap")
 
     def load(field_index: int, i: int) -> np.ndarray:
-        key, start, dt, shape, comp_bytes, crop = entries[i]
+        key, start, dt, perm, shape, comp_bytes, crop = entries[i]
         mm = files.get(key)
-        a = np.ndarray(shape, dtype=dt, buffer=mm, offset=start + field_index * comp_bytes, order="F")
-        return a[crop] if any(s.start or s.stop != n for s, n in zip(crop, shape)) else a
+        offset = start + field_index * comp_bytes
+        if perm is None:
+            a = np.ndarray(shape, dtype=dt, buffer=mm, offset=offset, order="F")
+        else:  # a mixed byte order: gather each value's bytes into big-endian order (a copy)
+            raw = np.ndarray((comp_bytes // len(perm), len(perm)), dtype=np.uint8, buffer=mm, offset=offset)
+            a = np.ascontiguousarray(raw[:, perm]).view(dt).reshape(shape, order="F")
+        return a[crop] if any(ngrow) else a
 
     owners = [_file_number(name) for name, _ in fods]
     return boxes, owners, load, ch
@@ -334,6 +432,7 @@ def read_plotfile(path) -> Hierarchy:
     root = Path(path)
     if root.is_file() and root.name == "Header":
         root = root.parent
+    refuse_checkpoint(root)
     if not is_plotfile(root):
         raise ValueError(f"{root}: not an AMReX plotfile (no Header with a version line)")
     hd = _parse_header(root)
@@ -386,7 +485,7 @@ def read_plotfile(path) -> Hierarchy:
         "level_steps": steps[:nlev],
         "source": str(root),
     }
-    return Hierarchy(
+    h = Hierarchy(
         fields=fields,
         levels=levels,
         prob_lo=tuple(hd["prob_lo"]),
@@ -397,6 +496,8 @@ def read_plotfile(path) -> Hierarchy:
         attrs=attrs,
         node=node if node and any(node) else (),
     )
+    check_nesting(h.levels, h.nodal, str(root))
+    return h
 
 
 def _ref_ratios(coarse: Box, fine: Box, header_ratios, L: int, root: Path) -> tuple[int, ...]:
@@ -426,9 +527,7 @@ def _fmt_real(v: float) -> str:
 
 def _real_descriptor(dt: np.dtype) -> str:
     n = dt.itemsize
-    fmt = " ".join(map(str, _IEEE_FORMATS[n]))
-    order = " ".join(map(str, range(n, 0, -1)))  # little-endian
-    return f"(({n}, ({fmt})),({n}, ({order})))"
+    return str(_Real(_IEEE_FORMATS[n], tuple(range(n, 0, -1))))  # little-endian
 
 
 def _write_level(h: Hierarchy, L: int, level_dir: Path, dt: np.dtype) -> None:
