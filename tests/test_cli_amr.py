@@ -22,7 +22,7 @@ import pytest
 import amrzip
 from amrzip import cli
 from amrzip.amr import synthetic
-from amrzip.amr.hierarchy import box_shape
+from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.store import snapshots
 from shared_data import AMREX, REASON
 from test_cli import amrzip_cli, assert_error
@@ -313,6 +313,33 @@ def test_truncated_synthetic_plotfile(capsys, synthetic_plotfile, tmp_path):
     data = sorted((damaged / "Level_2").glob("Cell_D_*"))[-1]
     os.truncate(data, data.stat().st_size - 100)
     error(run(capsys, "convert", damaged, tmp_path / "store", "--rel", "1e-3"), 1, str(data))
+
+
+def _two_level_plotfile(path: Path, coarse, fine) -> Path:
+    rng = np.random.default_rng(5)
+    levels = [{"boxes": coarse, "ref_ratio": 2, "domain": ((0, 0), (15, 15)), "data": {"u": [rng.random(box_shape(b)) for b in coarse]}},
+              {"boxes": fine, "data": {"u": [rng.random(box_shape(b)) for b in fine]}}]
+    return write_plotfile(Hierarchy.from_arrays(levels, prob_lo=(0.0, 0.0), prob_hi=(1.0, 1.0)), path)
+
+
+@needs_writer
+def test_wrong_plotfiles_are_refused_in_one_line(capsys, tmp_path):
+    """Files the readers refuse: one ``amrzip: error:`` line naming the file and the fault, exit 1."""
+    # A level that is not nested in the level below.
+    bad = _two_level_plotfile(tmp_path / "unnested", [((0, 0), (7, 15))], [((16, 0), (19, 3))])
+    error(run(capsys, "convert", bad, tmp_path / "store", "--rel", "1e-3"), 1, str(bad), "level 1 is not nested in level 0", "box 0")
+    # A FAB stored on a bigger box than Cell_H gives it, with no ghost cells declared.
+    bad = _two_level_plotfile(tmp_path / "fab", [((0, 0), (15, 15))], [((4, 4), (11, 7))])
+    data = bad / "Level_1" / "Cell_D_00000"
+    data.write_bytes(data.read_bytes().replace(b"((4,4) (11,7) (0,0))", b"((3,4) (11,8) (0,0))", 1))
+    error(run(capsys, "convert", bad, tmp_path / "store", "--rel", "1e-3"), 1, str(data), "box 0 of level 1", "Cell_H")
+    # An AMReX checkpoint, named as one.
+    chk = tmp_path / "chk00200"
+    (chk / "Level_0").mkdir(parents=True)
+    (chk / "Header").write_text("CheckPointVersion_1.0\n2\n0.5\n1\n0\n")
+    (chk / "Level_0" / "SD_0_New_MF_H").write_text("1\n")
+    error(run(capsys, "convert", chk, tmp_path / "store", "--rel", "1e-3"), 1, str(chk), "checkpoint", "convert a plotfile")
+    assert not (tmp_path / "store").exists()
 
 
 @needs_writer

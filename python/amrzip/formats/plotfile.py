@@ -377,10 +377,8 @@ def _read_level(root: Path, L: int, rel: str, dim: int, nfields: int, files: _Fi
         what = f"{fpath}: the FAB of box {i} of level {L} (offset {off})"
         want = _grow(box, ngrow)
         if stored != want or stored_kind != kind:
-            raise ValueError(
-                f"{what} is stored on {_fmt_box(stored, stored_kind)}, but {cell_h} gives box {_fmt_box(box, kind)} "
-                f"and ghost width {ngrow}, so {_fmt_box(want, kind)}"
-            )
+            given = f"grown by ghost width {ngrow}: {_fmt_box(want, kind)}" if any(ngrow) else "and no ghost cells"
+            raise ValueError(f"{what} is stored on {_fmt_box(stored, stored_kind)}, but {cell_h} gives box {_fmt_box(box, kind)} {given}")
         if nc != ch["ncomp"]:
             raise ValueError(f"{what} has {nc} components, {cell_h} declares {ch['ncomp']}")
         if real != fabs[0][1]:
