@@ -10,9 +10,11 @@ yt, when installed, is the reference for values.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -902,17 +904,18 @@ def test_node_centred_nesting(tmp_path):
     refused(out, out, "level 1 is not nested in level 0", "box 0 ((26, 0), (34, 4))")
 
 
+def level(boxes, ratios) -> SimpleNamespace:
+    """What check_nesting needs of a level."""
+    return SimpleNamespace(boxes=boxes, ref_ratios=ratios)
+
+
 def test_nesting_against_brute_force():
     """check_nesting's verdict against sets of cells, on random disjoint coarse tiles and a
     random fine box, 3-d, cell and node boxes."""
     rng = np.random.default_rng(7)
 
-    class Lev:
-        def __init__(self, boxes, ratios):
-            self.boxes, self.ref_ratios = boxes, ratios
-
     def cells(boxes):
-        return {(i, j, k) for lo, hi in boxes for i in range(lo[0], hi[0] + 1) for j in range(lo[1], hi[1] + 1) for k in range(lo[2], hi[2] + 1)}
+        return {c for lo, hi in boxes for c in itertools.product(*(range(l, h + 1) for l, h in zip(lo, hi)))}
 
     verdicts = set()
     for case in range(400):
@@ -928,7 +931,7 @@ def test_nesting_against_brute_force():
         nested = all({tuple(c // q for c, q in zip(cell, r)) for cell in cells([b])} <= have for b in as_cells)
         nodes = [(lo, tuple(h + n for h, n in zip(hi, node))) for lo, hi in coarse]  # the same tiles as node boxes
         try:
-            check_nesting([Lev(nodes, r), Lev(fine, (1, 1, 1))], node, "f")
+            check_nesting([level(nodes, r), level(fine, (1, 1, 1))], node, "f")
             verdicts.add(True)
             assert nested, (coarse, fine, r, node)
         except ValueError as e:
@@ -945,12 +948,8 @@ def test_nesting_of_many_boxes_is_quick():
     coarse = [(tuple(map(int, lo)), tuple(map(int, lo + 3))) for lo in g]
     fine = [(tuple(map(int, 2 * lo)), tuple(map(int, 2 * lo + 7))) for lo in g]
 
-    class Lev:
-        def __init__(self, boxes, ratios):
-            self.boxes, self.ref_ratios = boxes, ratios
-
     start = time.perf_counter()
-    check_nesting([Lev(coarse, (2, 2, 2)), Lev(fine, (1, 1, 1))], None, "f")
+    check_nesting([level(coarse, (2, 2, 2)), level(fine, (1, 1, 1))], None, "f")
     assert time.perf_counter() - start < 10
 
 
@@ -988,7 +987,11 @@ def _checkpoint(tmp_path, name: str, header: str, mf: str) -> Path:
         # Amr::checkPoint: version, dimension, time, max and finest level, geometry...
         ("CheckPointVersion_1.0\n2\n0.5\n1\n0\n((0,0) (15,15) (0,0)) \n2 \n", "SD_0_New_MF", "'CheckPointVersion_1.0'"),
         # AmrCore tutorials: a title, the finest level, steps, dt, times, box arrays.
-        ("Checkpoint file for AmrCoreAdv\n0\n20 \n0.01 \n0.2 \n(1 0\n((0,0) (15,15) (0,0))\n)\n", "phi", "'Checkpoint file for AmrCoreAdv'"),
+        (
+            "Checkpoint file for AmrCoreAdv\n0\n20 \n0.01 \n0.2 \n(1 0\n((0,0) (15,15) (0,0))\n)\n",
+            "phi",
+            "'Checkpoint file for AmrCoreAdv'",
+        ),
         # Older Amr checkpoints start with the dimension.
         ("2\n0\n1\n0\n", "SD_0_New_MF", "Level_0 holds SD_0_New_MF_H and no Cell_H"),
     ],
