@@ -106,8 +106,9 @@ def test_another_process_reads_without_importing_amrzip(tmp_path):
 
 
 def test_store_arrays_open_in_zarr(tmp_path):
-    # A (level, field) array of an AMR snapshot is a Zarr v3 array any zarr-python reader opens
-    # (with amrzip installed): stored cells as amrzip reads them, NaN elsewhere.
+    # A level's array of an AMR snapshot is a sharded Zarr v3 array in a zip file that any
+    # zarr-python reader opens (with amrzip installed): stored cells as amrzip reads them, NaN
+    # elsewhere, a float32 field beside a float64 one.
     import amrzip
     from amrzip.amr import Hierarchy
 
@@ -117,21 +118,28 @@ def test_store_arrays_open_in_zarr(tmp_path):
     boxes0 = [((0, 0), (15, 23)), ((16, 0), (31, 15))]
     boxes1 = [((8, 8), (39, 31))]
     cut = lambda a, b: a[b[0][0] : b[1][0] + 1, b[0][1] : b[1][1] + 1]  # noqa: E731
+    single = lambda a: a.astype(np.float32)  # noqa: E731
     h = Hierarchy.from_arrays(
         [
-            {"boxes": boxes0, "data": {"T": [cut(coarse, b) for b in boxes0]}, "ref_ratio": 2, "domain": ((0, 0), (31, 23))},
-            {"boxes": boxes1, "data": {"T": [cut(fine, b) for b in boxes1]}},
+            {
+                "boxes": boxes0, "ref_ratio": 2, "domain": ((0, 0), (31, 23)),
+                "data": {"T": [cut(coarse, b) for b in boxes0], "S": [single(-cut(coarse, b)) for b in boxes0]},
+            },
+            {"boxes": boxes1, "data": {"T": [cut(fine, b) for b in boxes1], "S": [single(-cut(fine, b)) for b in boxes1]}},
         ],
         prob_lo=(0, 0),
         prob_hi=(1, 0.75),
     )
     amrzip.write(h, tmp_path / "s", rel=1e-3, snapshot="snap")
     ds = amrzip.open(tmp_path / "s")
+    store = zarr.storage.ZipStore(ds.path, mode="r")
     for L in range(2):
-        z = zarr.open_array(str(tmp_path / "s" / "snap" / f"level_{L}" / "T"), mode="r")
-        ours = ds.read("T", level=L, covered="nan")
-        np.testing.assert_array_equal(z[...], ours)
-        np.testing.assert_array_equal(z[3:20, 5:9], ours[3:20, 5:9])
+        z = zarr.open_array(store, path=f"level_{L}", mode="r")
+        assert z.attrs["amrzip"]["fields"] == ["T", "S"] and z.dtype == np.float64
+        for k, f in enumerate(ds.fields):
+            ours = ds.read(f, level=L, covered="nan")
+            np.testing.assert_array_equal(z[k].astype(ours.dtype), ours)
+            np.testing.assert_array_equal(z[k, 3:20, 5:9].astype(ours.dtype), ours[3:20, 5:9])
 
 
 def test_fitted_store_arrays_open_in_zarr(tmp_path):
@@ -143,8 +151,19 @@ def test_fitted_store_arrays_open_in_zarr(tmp_path):
     h = nyx_like(n=32, levels=2, blocking_factor=8, max_grid_size=16)
     amrzip.write(h, tmp_path / "s", rel=1e-5, snapshot="snap")
     ds = amrzip.open(tmp_path / "s")
+    store = zarr.storage.ZipStore(ds.path, mode="r")
     for L in range(2):
-        path = tmp_path / "s" / "snap" / f"level_{L}" / "density"
-        assert json.loads((path / "zarr.json").read_text())["codecs"][-1]["configuration"]["predictor"] == "fitted"
-        z = zarr.open_array(str(path), mode="r")
-        np.testing.assert_array_equal(z[...], ds.read("density", level=L, covered="nan"))
+        z = zarr.open_array(store, path=f"level_{L}", mode="r")
+        k = ds.fields.index("density")
+        assert ds.array_info(L, "density")["predictor"] == "fitted"
+        np.testing.assert_array_equal(z[k], ds.read("density", level=L, covered="nan"))
+
+
+def test_stores_written_before_snapshot_files_open_in_zarr():
+    # Version-1 stores (a folder per snapshot, an array per level and field) still open.
+    from test_store import LEGACY_STORE
+
+    import amrzip
+
+    z = zarr.open_array(str(LEGACY_STORE / "step_000000" / "level_1" / "density"), mode="r")
+    np.testing.assert_array_equal(z[...], amrzip.open(LEGACY_STORE).read("density", level=1, covered="nan"))

@@ -1,7 +1,7 @@
 """amrzip: fast, error-bounded lossy compression for AMR and uniform-grid simulation data."""
 
 from amrzip.codec import CorruptStreamError, compress, decompress, info
-from amrzip.store import Dataset, StoreError, write
+from amrzip.store import Dataset, StoreError, check, write
 from amrzip.store import open_store as open
 from amrzip.streaming import StreamCompressor, StreamDecompressor
 
@@ -25,4 +25,5 @@ __all__ = [
     "open",
     "Dataset",
     "StoreError",
+    "check",
 ]

@@ -42,7 +42,7 @@ from amrzip import _arrayfile, amr_demo, demo, streaming
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
-from amrzip.store import layout as store_layout
+from amrzip.store import check_snapshot_name
 from amrzip.store import snapshots as store_snapshots
 from amrzip.store.dataset import COVERED
 
@@ -709,14 +709,6 @@ def _parse_region(text: str, dim: int, domain, level: int):
     return lo, hi
 
 
-def _tree_bytes(path: Path) -> int:
-    """The bytes of the files below ``path``: what a snapshot takes in the store."""
-    total = 0
-    for folder, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(folder, f)) for f in files)
-    return total
-
-
 def _open_snapshot(store: Path, name) -> tuple[list[str], "amrzip.Dataset"]:
     """The store's committed snapshots and snapshot ``name`` (default: the latest) opened."""
     try:
@@ -728,7 +720,7 @@ def _open_snapshot(store: Path, name) -> tuple[list[str], "amrzip.Dataset"]:
     if name is not None and name not in names:
         raise click.UsageError(f"--snapshot {name}: {store} has no such snapshot (snapshots: {_names(names)})")
     try:
-        return names, amrzip.Dataset(store / (name if name is not None else names[-1]))
+        return names, amrzip.open(store, snapshot=name)
     except amrzip.StoreError as e:
         raise click.ClickException(str(e)) from None
 
@@ -788,7 +780,7 @@ def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit,
         raise click.UsageError("give --rel or --abs, not both")
     if snapshot is not None:
         try:
-            store_layout.check_snapshot_name(snapshot)
+            check_snapshot_name(snapshot)
         except ValueError as e:
             raise click.UsageError(f"--snapshot: {e}") from None
     try:
@@ -823,73 +815,9 @@ def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit,
         raise click.ClickException(str(e)) from None
     original, stored = summary["original_bytes"], summary["stored_bytes"]
     click.echo(
-        f"{source} -> {store / summary['snapshot']}: {_plural(h.num_levels, 'level')}, {_plural(len(h.fields), 'field')}, "
+        f"{source} -> {summary['path']}: {_plural(h.num_levels, 'level')}, {_plural(len(h.fields), 'field')}, "
         f"{_size(original)} -> {_size(stored)}, ratio {summary['ratio']:.2f}, {seconds:.2f} s, {_rate(original, seconds)}"
     )
-
-
-def _describe_snapshot(store: Path, names: list[str], ds) -> dict:
-    """What `inspect` says of snapshot ``ds`` of ``store``: geometry, bounds and, per level and
-    field, the sizes the writer recorded."""
-    meta = ds.meta
-    fields = {
-        f: {"dtype": meta.get("dtypes", {}).get(f), "mode": b["mode"], "value": b["value"], "abs_bound": b["abs"]}
-        for f, b in ((f, ds.bounds[f]) for f in ds.fields)
-    }
-    levels = []
-    totals = dict.fromkeys(("cells", "stored_cells", "original_bytes", "stored_bytes"), 0)
-    for L in range(ds.num_levels):
-        lev = ds.level(L)
-        arrays = {}
-        for f in ds.fields:
-            a = ds.array_info(L, f)
-            stats = {k: a["stats"].get(k) for k in _STATS}
-            known = stats["original_bytes"] is not None and stats["stored_bytes"] is not None
-            ratio = stats["original_bytes"] / max(stats["stored_bytes"], 1) if known else None
-            arrays[f] = {**stats, "ratio": ratio, "predictor": a["predictor"], "unit": a["unit"][0], "chunk": a["chunk"][0]}
-        cells = sum(math.prod(box_shape(b)) for b in lev.boxes)
-        stored_cells = next((a["stored_cells"] for a in arrays.values() if a["stored_cells"] is not None), None)
-        original = sum(a["original_bytes"] or 0 for a in arrays.values())
-        stored = sum(a["stored_bytes"] or 0 for a in arrays.values())
-        finest = L + 1 == ds.num_levels
-        levels.append({
-            "level": L,
-            "domain": [list(lev.domain[0]), list(lev.domain[1])],
-            "shape": list(box_shape(lev.index_space)),
-            "boxes": lev.num_boxes,
-            "ref_ratio": None if finest else list(lev.ref_ratios),
-            "dx": list(lev.dx),
-            "cells": cells,
-            "stored_cells": stored_cells,
-            "covered_cells": None if stored_cells is None else cells - stored_cells,
-            "stored_fraction": None if stored_cells is None else stored_cells / cells if cells else 1.0,
-            "original_bytes": original,
-            "stored_bytes": stored,
-            "ratio": original / max(stored, 1),
-            "fields": arrays,
-        })
-        totals["cells"] += cells
-        totals["stored_cells"] += stored_cells or 0
-        totals["original_bytes"] += original
-        totals["stored_bytes"] += stored
-    totals["ratio"] = totals["original_bytes"] / max(totals["stored_bytes"], 1)
-    totals["disk_bytes"] = _tree_bytes(ds.path)
-    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-    return {
-        "store": str(store),
-        "snapshots": list(names),
-        "snapshot": ds.path.name,
-        "time": ds.time,
-        "step": ds.step,
-        "dim": ds.dim,
-        "coord_sys": meta.get("coord_sys", 0),
-        "prob_lo": meta["prob_lo"],
-        "prob_hi": meta["prob_hi"],
-        "source": {k: source[k] for k in ("format", "source") if k in source},
-        "fields": fields,
-        "levels": levels,
-        "totals": totals,
-    }
 
 
 def _stdout_console() -> Console:
@@ -919,7 +847,7 @@ def _print_snapshot(d: dict):
         ("physical domain", f"{','.join(f'{v:g}' for v in d['prob_lo'])} to {','.join(f'{v:g}' for v in d['prob_hi'])}"),
         *([("source", source)] if source else []),
         ("stored", f"{_size(totals['stored_bytes'])} of {_size(totals['original_bytes'])}, ratio {totals['ratio']:.2f} "
-                   f"({_size(totals['disk_bytes'])} on disk with metadata)"),
+                   f"(every byte of the snapshot; {_size(totals['disk_bytes'])} on disk)"),
     ]:
         overview.add_row(*row)
     console.print(overview)
@@ -978,13 +906,49 @@ def inspect(store, snapshot, as_json):
     and field. Reads metadata only."""
     names, ds = _open_snapshot(store, snapshot)
     try:
-        described = _describe_snapshot(store, names, ds)
+        described = {"store": str(store), "snapshots": names, **ds.describe()}
     except amrzip.StoreError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
         click.echo(json.dumps(described, indent=2))
         return
     _print_snapshot(described)
+
+
+@cli.command()
+@click.argument("store", metavar="STORE", type=_store_input)
+@click.option("--repair", is_flag=True, help="Finish or remove what interrupted writers left (committed snapshots are never changed).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check(store, repair, as_json):
+    """Verify every snapshot of STORE: checksums, every chunk present where the boxes store cells
+    and nowhere else, in its place, decoding to the cells its boxes hold, metadata consistent.
+    Also lists the work of interrupted writers, which --repair finishes (a snapshot written whole
+    gets its name) or removes. Exit status 1 if anything is wrong or left to repair."""
+    try:
+        report = amrzip.check(store, repair=repair)
+    except amrzip.StoreError as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        for snap in report["snapshots"]:
+            state = f"ok, {_plural(snap['chunks'], 'chunk')} checked" if snap["ok"] else f"DAMAGED: {snap['problem']}"
+            click.echo(f"{snap['name']}: {state}")
+        for t in report["interrupted"]:
+            what = f"interrupted write of snapshot {t['snapshot']!r}" if t["snapshot"] else "interrupted write"
+            if t["in_progress"]:
+                state = "a writer is still at work on it"
+            elif repair:
+                state = t["action"]
+            else:
+                state = "left over (amrzip check --repair finishes or removes it)"
+            click.echo(f"{t['path']}: {what}: {state}")
+        for u in report["unlisted"]:
+            state = "listed" if repair else "committed but not listed (amrzip check --repair lists it)"
+            click.echo(f"{u['name']}: {state}")
+        click.echo(f"{store}: {'ok' if report['ok'] else 'problems found'} ({_plural(len(report['snapshots']), 'snapshot')})")
+    if not report["ok"]:
+        sys.exit(1)
 
 
 @cli.command()
@@ -1014,7 +978,7 @@ def extract(store, snapshot, level, fields, region_text, covered, output, as_plo
     (indexed [i, j, k], x first), or the whole snapshot (all fields, or --field) as an AMReX
     plotfile folder. Only the chunks needed are read."""
     _, ds = _open_snapshot(store, snapshot)
-    where = f"snapshot {ds.path.name}"
+    where = f"snapshot {ds.name}"
     plotfile = as_plotfile or output.suffix.lower() != ".npy"
     if plotfile:
         for option, value in (("--level", level), ("--region", region_text), ("--covered", covered)):
@@ -1052,7 +1016,7 @@ def extract(store, snapshot, level, fields, region_text, covered, output, as_plo
     except ValueError as e:  # a chunk that does not decode, or write_plotfile refusing OUTPUT
         raise click.ClickException(str(e)) from None
     read = ds.bytes_read
-    click.echo(f"{ds.path} -> {output}: {what}; read {_size(read)} from the store (the snapshot holds {_size(_tree_bytes(ds.path))})")
+    click.echo(f"{ds.path} -> {output}: {what}; read {_size(read)} from the store (the snapshot holds {_size(ds.stored_bytes)})")
 
 
 def _fail(message: str, status: int):

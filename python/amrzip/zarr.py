@@ -6,8 +6,9 @@
   ``serializer=`` of zarr format 3 arrays, in place of the default ``bytes`` codec.
 
 * :class:`AMRChunks` (name ``"amrzip.amr"``) decodes the chunks of the AMR snapshot store
-  (:func:`amrzip.write`), so any zarr-python 3 reader can open a (level, field) array of a
-  snapshot: cells no box stores read as NaN (fill value), covered cells too.
+  (:func:`amrzip.write`), so any zarr-python 3 reader can open a level's array of a snapshot
+  (``zarr.open_array(zarr.storage.ZipStore(path, mode="r"), path="level_1")``, indexed
+  ``[field, i, j, k]``): cells no box stores read as NaN (fill value), covered cells too.
 
 They are found through package entry points (``numcodecs.codecs`` and ``zarr.codecs``), so
 reading an array needs amrzip installed but not imported. Each chunk is one amrzip stream, so
@@ -17,6 +18,7 @@ reading an array needs amrzip installed but not imported. Each chunk is one amrz
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from dataclasses import dataclass
 
@@ -175,29 +177,30 @@ if ArrayBytesCodec is not None:
     @dataclass(frozen=True)
     class AMRChunks(ArrayBytesCodec):
         """zarr-python 3 codec of the AMR snapshot store's arrays (decoding only: snapshots are
-        written by :func:`amrzip.write`). Its configuration, written by the store, holds the
-        unit block shape, the shared codebooks and the offset that keeps the level's mean."""
+        written by :func:`amrzip.write`). Its configuration, written by the store, holds each
+        field's unit block, quantization bound and offset and the shared tables; in a snapshot
+        file the codec sits inside the sharding codec, one chunk per field and region."""
 
         is_fixed_size = False
         configuration: dict
 
         def __init__(self, **configuration):
-            from amrzip.store import layout
-
-            unit, books = configuration.get("unit"), configuration.get("codebooks")
-            if not (isinstance(unit, list) and unit and isinstance(books, list) and "eb" in configuration):
-                raise ValueError("amrzip.amr codec configuration needs 'unit', 'eb' and 'codebooks'")
             object.__setattr__(self, "configuration", dict(configuration))
-            object.__setattr__(self, "_codebooks", [layout.decode_bytes(b, "amrzip.amr codec") for b in books])
+            object.__setattr__(self, "_decoders", {})
+
+        def _decoder(self, dtype) -> "_core.ZarrChunkDecoder":
+            # One per array type: version-1 arrays (one field) take their type from the array.
+            name = np.dtype(dtype).name
+            if name not in self._decoders:
+                self._decoders[name] = _core.ZarrChunkDecoder(json.dumps(self.configuration), name)
+            return self._decoders[name]
 
         @classmethod
         def from_dict(cls, data):
             return cls(**dict(data.get("configuration") or {}))
 
         def to_dict(self):
-            from amrzip.store.layout import CODEC_NAME
-
-            return {"name": CODEC_NAME, "configuration": dict(self.configuration)}
+            return {"name": "amrzip.amr", "configuration": dict(self.configuration)}
 
         def validate(self, *, shape, dtype, chunk_grid):
             if dtype.to_native_dtype().newbyteorder("=") not in (np.float32, np.float64):
@@ -207,17 +210,12 @@ if ArrayBytesCodec is not None:
             raise NotImplementedError("amrzip.amr chunks are written by amrzip.write(), not through zarr")
 
         def _decode(self, chunk_bytes, chunk_spec):
-            # Block positions are relative to their chunk: decode in the chunk's own index space.
-            shape = list(chunk_spec.shape)
             dtype = chunk_spec.dtype.to_native_dtype()
-            origin = [0] * len(shape)
-            (arr,) = _core.decode_chunks(
-                [(origin, chunk_bytes.to_bytes())], self._codebooks, origin, list(self.configuration["unit"]), shape,
-                float(self.configuration["eb"]), np.dtype(dtype).name,
-            )
-            offset = self.configuration.get("offset", 0.0)
-            if offset:
-                arr += arr.dtype.type(offset)
+            shape = list(chunk_spec.shape)
+            # A chunk of a snapshot file's level array spans one field: (1, x, y, z).
+            spatial = shape[1:] if "version" in self.configuration else shape
+            arr = self._decoder(dtype).decode(chunk_bytes.to_bytes(), spatial)
+            arr = arr.astype(dtype, copy=False).reshape(shape)
             return chunk_spec.prototype.nd_buffer.from_numpy_array(arr)
 
         async def _decode_single(self, chunk_bytes, chunk_spec):

@@ -33,7 +33,9 @@ fn invalid(m: String) -> CodecError {
 /// Compresses the stored cells of `boxes` under the absolute bound `eb`. With `shared` false
 /// (an ablation), every chunk gets a codebook of its own. `adaptive_block` applies AMRIC's rule
 /// for the regression block edge. `measure` also decodes what was written to sum the errors
-/// (for keeping the level's mean).
+/// (for keeping the level's mean). The chunks number their codebooks from `first_table` (the
+/// codebooks of other fields stored before these in the same array).
+#[allow(clippy::too_many_arguments)]
 pub fn compress_level<T: Element>(
     boxes: &[BoxView<T>],
     tiling: &Tiling,
@@ -42,12 +44,13 @@ pub fn compress_level<T: Element>(
     adaptive_block: bool,
     shared: bool,
     measure: bool,
+    first_table: u32,
 ) -> Result<LevelStreams> {
     let chunks = gather(boxes, tiling).map_err(invalid)?;
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
     let encoder = BlockSetEncoder::new(&all, &tiling.unit, config, eb, adaptive_block)?;
     let sets: Vec<PredictedSet<T>> = chunks.par_iter().map(|(_, blocks)| encoder.predict(blocks)).collect::<Result<_>>()?;
-    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared)?;
+    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table)?;
     let encoded: Vec<(Vec<i64>, Vec<u8>)> = chunks.keys().cloned().zip(bytes).collect();
     let error = if measure {
         let pairs: Vec<(&Vec<Block<T>>, &Vec<u8>)> = chunks.values().zip(encoded.iter().map(|(_, b)| b)).collect();
@@ -55,7 +58,7 @@ pub fn compress_level<T: Element>(
         let per_chunk: Vec<(f64, u64)> = pairs
             .par_iter()
             .map(|&(blocks, bytes)| -> Result<(f64, u64)> {
-                let index = blockset::info(bytes)?.codebook_index as usize;
+                let index = (blockset::info(bytes)?.codebook_index - first_table) as usize;
                 let decoded: Vec<Block<T>> = blockset::decode(bytes, &codebooks[index], &tiling.unit, eb, tiling.block_count())?;
                 Ok(blocks.iter().zip(&decoded).fold((0.0, 0), |acc, (a, b)| {
                     a.values.iter().zip(&b.values).enumerate().fold(acc, |(sum, n), (i, (x, y))| {
@@ -85,11 +88,13 @@ pub fn compress_level<T: Element>(
 }
 
 /// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
-/// with `shared` false, one per set. Returns the codebooks and each set's bytes.
+/// with `shared` false, one per set, numbered from `first`. Returns the codebooks and each
+/// set's bytes.
 fn encode_sets<T: Element>(
     sets: &[PredictedSet<T>],
     encoder: &BlockSetEncoder,
     shared: bool,
+    first: u32,
 ) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
     let codebooks: Vec<SharedCodebook> =
         if shared { vec![encoder.shared_tables(sets)] } else { sets.chunks(1).map(|set| encoder.shared_tables(set)).collect() };
@@ -98,7 +103,7 @@ fn encode_sets<T: Element>(
         .enumerate()
         .map(|(k, set)| {
             let index = if shared { 0 } else { k };
-            set.finish(&codebooks[index], index as u32)
+            set.finish(&codebooks[index], first + index as u32)
         })
         .collect::<Result<_>>()?;
     Ok((codebooks, bytes))
@@ -146,31 +151,18 @@ pub fn trial_sizes<T: Element>(
                     encoder.set(blocks)
                 })
                 .collect::<Result<_>>()?;
-            let (codebooks, bytes) = encode_sets(&sets, &encoder, shared)?;
+            let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0)?;
             Ok(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>())
         })
         .collect()
 }
 
 /// Decodes `chunks` ((chunk index, bytes), those a region touches) into a C-order array over
-/// `region_lo..=region_hi`; cells no chunk stores are NaN. `codebooks` are the level's, `eb`
-/// the bound its chunks were quantized with.
+/// `region_lo..=region_hi`; cells no chunk stores are NaN. `tables` are the level's, `eb` the
+/// bound its chunks were quantized with.
 pub fn decode_region<T: Element>(
     chunks: &[(Vec<i64>, &[u8])],
-    codebooks: &[&[u8]],
-    tiling: &Tiling,
-    eb: f64,
-    region_lo: &[i64],
-    region_hi: &[i64],
-) -> Result<Vec<T>> {
-    decode_into(chunks, &Codebooks::new(codebooks), tiling, eb, region_lo, region_hi)
-}
-
-/// `decode_region` with the level's codebooks already wrapped (so callers decoding many
-/// regions parse each codebook once).
-fn decode_into<T: Element>(
-    chunks: &[(Vec<i64>, &[u8])],
-    books: &Codebooks,
+    tables: &SharedTables,
     tiling: &Tiling,
     eb: f64,
     region_lo: &[i64],
@@ -185,7 +177,7 @@ fn decode_into<T: Element>(
     let n =
         n.filter(|&n| n <= isize::MAX as usize / 8).ok_or_else(|| invalid(format!("region {region_lo:?}..{region_hi:?} is too large")))?;
     let decoded: Vec<Vec<Block<T>>> =
-        chunks.par_iter().map(|(idx, bytes)| decode_blocks(idx, bytes, books, tiling, eb)).collect::<Result<_>>()?;
+        chunks.par_iter().map(|(idx, bytes)| decode_blocks(idx, bytes, tables, tiling, eb)).collect::<Result<_>>()?;
     let mut out = vec![T::from_f64(f64::NAN); n];
     for ((idx, _), blocks) in chunks.iter().zip(&decoded) {
         scatter(blocks, idx, tiling, region_lo, region_hi, &mut out);
@@ -193,15 +185,30 @@ fn decode_into<T: Element>(
     Ok(out)
 }
 
-/// A level's stored codebooks, each parsed once, when a chunk first needs it.
-struct Codebooks<'a> {
-    stored: &'a [&'a [u8]],
+/// A level's shared tables (section 14.1 of docs/format.md), each parsed once, when a chunk
+/// first needs it: readers decoding many regions keep one for the level.
+pub struct SharedTables {
+    stored: Vec<Vec<u8>>,
     parsed: Vec<OnceLock<SharedCodebook>>,
 }
 
-impl<'a> Codebooks<'a> {
-    fn new(stored: &'a [&'a [u8]]) -> Self {
-        Codebooks { stored, parsed: stored.iter().map(|_| OnceLock::new()).collect() }
+impl SharedTables {
+    pub fn new(stored: Vec<Vec<u8>>) -> Self {
+        let parsed = stored.iter().map(|_| OnceLock::new()).collect();
+        SharedTables { stored, parsed }
+    }
+
+    pub fn len(&self) -> usize {
+        self.stored.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stored.is_empty()
+    }
+
+    /// The stored bytes of every table.
+    pub fn stored(&self) -> &[Vec<u8>] {
+        &self.stored
     }
 
     fn get(&self, index: u32, chunk: &[i64]) -> Result<&SharedCodebook> {
@@ -218,30 +225,32 @@ impl<'a> Codebooks<'a> {
     }
 }
 
-/// The unit blocks of one stored chunk.
-fn decode_blocks<T: Element>(idx: &[i64], bytes: &[u8], books: &Codebooks, tiling: &Tiling, eb: f64) -> Result<Vec<Block<T>>> {
+/// The unit blocks of one stored chunk, by position.
+pub fn decode_blocks<T: Element>(idx: &[i64], bytes: &[u8], tables: &SharedTables, tiling: &Tiling, eb: f64) -> Result<Vec<Block<T>>> {
     if idx.len() != tiling.ndim() {
         return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
     }
-    let codebook = books.get(blockset::info(bytes)?.codebook_index, idx)?;
+    let codebook = tables.get(blockset::info(bytes)?.codebook_index, idx)?;
     blockset::decode(bytes, codebook, &tiling.unit, eb, tiling.block_count())
 }
 
-/// Decodes each of `chunks` on its own over its whole extent (cells it does not store are
-/// NaN), all in parallel: what a reader caching decoded chunks needs in one call.
-pub fn decode_chunks<T: Element>(chunks: &[(Vec<i64>, &[u8])], codebooks: &[&[u8]], tiling: &Tiling, eb: f64) -> Result<Vec<Vec<T>>> {
-    let books = Codebooks::new(codebooks);
-    chunks
-        .par_iter()
-        .map(|(idx, bytes)| {
-            if idx.len() != tiling.ndim() {
-                return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
-            }
-            let lo: Vec<i64> = (0..idx.len()).map(|d| tiling.origin[d] + idx[d] * tiling.chunk[d] as i64).collect();
-            let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
-            decode_into(&[(idx.clone(), *bytes)], &books, tiling, eb, &lo, &hi)
-        })
-        .collect()
+/// One stored chunk decoded over its whole extent (C order; cells it does not store are NaN).
+pub fn decode_chunk<T: Element>(idx: &[i64], bytes: &[u8], tables: &SharedTables, tiling: &Tiling, eb: f64) -> Result<Vec<T>> {
+    if idx.len() != tiling.ndim() {
+        return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
+    }
+    let lo: Vec<i64> = (0..idx.len()).map(|d| tiling.origin[d] + idx[d] * tiling.chunk[d] as i64).collect();
+    let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
+    let blocks = decode_blocks(idx, bytes, tables, tiling, eb)?;
+    let mut out = vec![T::from_f64(f64::NAN); tiling.chunk.iter().product()];
+    scatter(&blocks, idx, tiling, &lo, &hi, &mut out);
+    Ok(out)
+}
+
+/// Decodes each of `chunks` on its own over its whole extent, all in parallel: what a reader
+/// caching decoded chunks needs in one call.
+pub fn decode_chunks<T: Element>(chunks: &[(Vec<i64>, &[u8])], tables: &SharedTables, tiling: &Tiling, eb: f64) -> Result<Vec<Vec<T>>> {
+    chunks.par_iter().map(|(idx, bytes)| decode_chunk(idx, bytes, tables, tiling, eb)).collect()
 }
 
 #[cfg(test)]
@@ -270,18 +279,18 @@ mod tests {
         let b = make([0, 16, 0], [15, 31, 15]);
         let stored: Vec<bool> = (0..a.len()).map(|o| !(o / 256 < 4 && o % 16 < 4)).collect();
         let boxes = vec![
-            BoxView { lo: vec![0, 0, 0], hi: vec![31, 15, 15], data: &a, layout: Layout::C, stored: Some(&stored) },
-            BoxView { lo: vec![0, 16, 0], hi: vec![15, 31, 15], data: &b, layout: Layout::C, stored: None },
+            BoxView { lo: vec![0, 0, 0], hi: vec![31, 15, 15], data: &a, layout: Layout::C, stored: Some(&stored), ghost: vec![] },
+            BoxView { lo: vec![0, 16, 0], hi: vec![15, 31, 15], data: &b, layout: Layout::C, stored: None, ghost: vec![] },
         ];
         let eb = 1e-4;
         for shared in [true, false] {
-            let level = compress_level(&boxes, &tiling, &Config::new(ErrorBound::Absolute(eb)), eb, true, shared, true).unwrap();
+            let level = compress_level(&boxes, &tiling, &Config::new(ErrorBound::Absolute(eb)), eb, true, shared, true, 0).unwrap();
             let (sum, count) = level.error.unwrap();
             assert_eq!(count as usize, level.stored_cells);
             assert!((sum / count as f64).abs() <= eb);
             assert_eq!(level.stored_cells, a.len() + b.len() - 4 * 16 * 4);
             let chunks: Vec<(Vec<i64>, &[u8])> = level.chunks.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
-            let books: Vec<&[u8]> = level.codebooks.iter().map(Vec::as_slice).collect();
+            let books = SharedTables::new(level.codebooks.clone());
             let out: Vec<f64> = decode_region(&chunks, &books, &tiling, eb, &[0, 0, 0], &[31, 31, 15]).unwrap();
             for i in 0..32 {
                 for j in 0..32 {

@@ -1,13 +1,15 @@
 //! amrzip-amr: the cell-level work on AMR levels. A level's boxes are cut into unit blocks on a
 //! lattice anchored at the level's domain corner (`unit_blocks`), grouped by the chunk of the
 //! store they fall in, and compressed with one codebook per (level, field) (`level_codec`).
-//! Box-level logic (coverage, coarsening, which boxes touch a region) works on a few hundred
-//! boxes and stays in Python; everything that touches cells is here.
+//! `boxes` is the box algebra (coverage, coarsening, nesting) the store's writer and reader
+//! share.
 
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
+pub mod boxes;
 pub mod level_codec;
 pub mod unit_blocks;
 
-pub use level_codec::{compress_level, decode_chunks, decode_region, trial_sizes, LevelStreams};
+pub use boxes::IBox;
+pub use level_codec::{compress_level, decode_blocks, decode_chunk, decode_chunks, decode_region, trial_sizes, LevelStreams, SharedTables};
 pub use unit_blocks::{BoxView, Layout, Tiling};

@@ -18,13 +18,15 @@ pub enum Layout {
 }
 
 /// One box's data: inclusive cell bounds, its values, and which cells to store (C order over
-/// the box; `None`: all of them).
+/// the box; `None`: all of them). The values may cover the box grown by `ghost` cells per
+/// dimension (empty: none), as simulation codes hold them; ghost cells are never stored.
 pub struct BoxView<'a, T> {
     pub lo: Vec<i64>,
     pub hi: Vec<i64>,
     pub data: &'a [T],
     pub layout: Layout,
     pub stored: Option<&'a [bool]>,
+    pub ghost: Vec<usize>,
 }
 
 impl<T> BoxView<'_, T> {
@@ -32,13 +34,35 @@ impl<T> BoxView<'_, T> {
         self.lo.iter().zip(&self.hi).map(|(&l, &h)| (h - l + 1) as usize).collect()
     }
 
+    /// Corner and shape of the array `data` spans: the box grown by its ghost cells.
+    fn data_extent(&self) -> (Vec<i64>, Vec<usize>) {
+        let g = |d: usize| self.ghost.get(d).copied().unwrap_or(0);
+        (
+            (0..self.lo.len()).map(|d| self.lo[d] - g(d) as i64).collect(),
+            self.shape().iter().enumerate().map(|(d, &n)| n + 2 * g(d)).collect(),
+        )
+    }
+
     fn check(&self, ndim: usize) -> Result<(), String> {
         if self.lo.len() != ndim || self.hi.len() != ndim || self.lo.iter().zip(&self.hi).any(|(l, h)| h < l) {
             return Err(format!("box {:?}..{:?} is not a non-empty {ndim}-dimensional box", self.lo, self.hi));
         }
-        let n: usize = self.shape().iter().product();
-        if self.data.len() != n || self.stored.is_some_and(|s| s.len() != n) {
-            return Err(format!("box {:?}..{:?} has {n} cells but {} values", self.lo, self.hi, self.data.len()));
+        if !self.ghost.is_empty() && self.ghost.len() != ndim {
+            return Err(format!("box {:?}..{:?}: ghost widths {:?} are not {ndim}-dimensional", self.lo, self.hi, self.ghost));
+        }
+        let n = self.shape().iter().try_fold(1usize, |a, &e| a.checked_mul(e));
+        let grown = self.data_extent().1.iter().try_fold(1usize, |a, &e| a.checked_mul(e));
+        let (Some(n), Some(grown)) = (n, grown) else {
+            return Err(format!("box {:?}..{:?} is too large", self.lo, self.hi));
+        };
+        if self.data.len() != grown || self.stored.is_some_and(|s| s.len() != n) {
+            return Err(format!(
+                "box {:?}..{:?} with ghost widths {:?} spans {grown} cells but has {} values",
+                self.lo,
+                self.hi,
+                self.ghost,
+                self.data.len()
+            ));
         }
         Ok(())
     }
@@ -157,8 +181,9 @@ pub fn gather<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling) -> Result<BTree
             return Err(format!("box {:?}..{:?} starts below the level's domain corner {:?}", b.lo, b.hi, tiling.origin));
         }
         let shape = b.shape();
+        let (data_lo, data_shape) = b.data_extent();
         // Distance between neighbours along the last dimension in a Fortran-ordered box.
-        let fortran_stride: usize = shape[..nd - 1].iter().product();
+        let fortran_stride: usize = data_shape[..nd - 1].iter().product();
         let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d])).collect();
         let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d])).collect();
         for_each_cell(&first, &last, |block| {
@@ -172,22 +197,20 @@ pub fn gather<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling) -> Result<BTree
             let mut starts_hi = hi.clone();
             starts_hi[nd - 1] = lo[nd - 1];
             for_each_cell(&lo, &starts_hi, |start| {
-                let src_c = offset(start, &b.lo, &shape, Layout::C);
+                let mask_at = offset(start, &b.lo, &shape, Layout::C);
                 let dst = offset(start, &blo, &tiling.unit, Layout::C);
                 let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
-                let stored = b.stored.map(|s| &s[src_c..src_c + row]);
+                let stored = b.stored.map(|s| &s[mask_at..mask_at + row]);
                 let mut copy = |k: usize, x: T| {
                     if stored.is_none_or(|s| s[k]) {
                         values[k] = x;
                         mask[k] = true;
                     }
                 };
+                let src = offset(start, &data_lo, &data_shape, b.layout);
                 match b.layout {
-                    Layout::C => b.data[src_c..src_c + row].iter().enumerate().for_each(|(k, &x)| copy(k, x)),
-                    Layout::Fortran => {
-                        let (src, stride) = (offset(start, &b.lo, &shape, Layout::Fortran), fortran_stride);
-                        (0..row).for_each(|k| copy(k, b.data[src + k * stride]));
-                    }
+                    Layout::C => b.data[src..src + row].iter().enumerate().for_each(|(k, &x)| copy(k, x)),
+                    Layout::Fortran => (0..row).for_each(|k| copy(k, b.data[src + k * fortran_stride])),
                 }
             });
         });
@@ -253,8 +276,8 @@ mod tests {
         stored[12] = false; // cell (2, 5): C-order offset (2 - 1) * 10 + (5 - 3)
         let small = [100.0, 101.0, 102.0, 103.0];
         let boxes = vec![
-            BoxView { lo: vec![1, 3], hi: vec![6, 12], data: &data, layout: Layout::Fortran, stored: Some(&stored) },
-            BoxView { lo: vec![9, 0], hi: vec![10, 1], data: &small, layout: Layout::C, stored: None },
+            BoxView { lo: vec![1, 3], hi: vec![6, 12], data: &data, layout: Layout::Fortran, stored: Some(&stored), ghost: vec![] },
+            BoxView { lo: vec![9, 0], hi: vec![10, 1], data: &small, layout: Layout::C, stored: None, ghost: vec![] },
         ];
         let chunks = gather(&boxes, &tiling).unwrap();
         let mut out = vec![f64::NAN; 12 * 14];

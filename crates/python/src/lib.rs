@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::mem::MaybeUninit;
 
-mod amr;
+mod store;
 mod streaming;
 
 /// glibc hands every buffer over 32 MiB back to the kernel on free, so each call on a large
@@ -194,9 +194,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add("CorruptStreamError", m.py().get_type::<CorruptStreamError>())?;
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
-    m.add_function(wrap_pyfunction!(amr::compress_level, m)?)?;
-    m.add_function(wrap_pyfunction!(amr::decode_chunks, m)?)?;
-    m.add_function(wrap_pyfunction!(amr::trial_sizes, m)?)?;
+    store::register(m)?;
     m.add_class::<streaming::StreamEncoder>()?;
     m.add_class::<streaming::StreamDecoder>()?;
     m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;

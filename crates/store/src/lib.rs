@@ -7,3 +7,26 @@
 //!   (`docs/format.md`, section 15).
 //! - The chunked-stream container (AMRS): one stream of records written chunk after chunk
 //!   (`docs/format.md`, section 13).
+
+// Negated float comparisons are deliberate: they make NaN fail a check.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
+pub mod archive;
+pub mod array;
+pub mod check;
+pub mod chunking;
+pub mod conservation;
+pub mod error;
+pub mod geometry;
+pub mod layout;
+pub mod metadata;
+pub mod reader;
+pub mod shard;
+pub mod store;
+pub mod writer;
+pub mod zarr_codec;
+
+pub use error::{Error, ErrorKind, Result};
+pub use reader::{Covered, Snapshot};
+pub use store::{SnapshotEntry, SnapshotKind, Store};
+pub use writer::{write_snapshot, BoxData, BoxSource, FieldSpec, LevelSpec, SnapshotSpec, Values, WriteOptions, WriteSummary};

@@ -1,7 +1,9 @@
-"""The snapshot store: AMR hierarchies compressed into a Zarr v3 hierarchy (see ``layout``)."""
+"""The snapshot store: AMR hierarchies compressed into a folder of snapshots, each a Zarr v3
+hierarchy in one zip file (docs/format.md section 15). The format, the commit protocol and the
+reads are in Rust (``crates/store``); this package turns hierarchies and arguments into calls."""
 
-from amrzip.store.dataset import Dataset, FieldView, LevelView, open_store, snapshots
-from amrzip.store.layout import StoreError
+from amrzip._core import StoreError
+from amrzip.store.dataset import Dataset, FieldView, LevelView, check, check_snapshot_name, open_store, snapshots
 from amrzip.store.writer import write
 
-__all__ = ["Dataset", "FieldView", "LevelView", "StoreError", "open_store", "snapshots", "write"]
+__all__ = ["Dataset", "FieldView", "LevelView", "StoreError", "check", "check_snapshot_name", "open_store", "snapshots", "write"]

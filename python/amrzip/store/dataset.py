@@ -1,56 +1,53 @@
 """Reading snapshots back: boxes, regions, whole hierarchies and uniform composites.
 
-A region read opens only the chunks the region touches (``Dataset.bytes_read`` counts what was
-read), and decodes each chunk once while it stays in the dataset's cache. Covered coarse cells
-are not stored; reads rebuild them by averaging the finer level down (``covered="average"``,
-the default) or leave them NaN (``covered="nan"``).
+The reads are the store's Rust core (``_core.Snapshot``): a region read fetches only the chunks
+the region touches (``Dataset.bytes_read`` counts what was read), checks each against where it
+belongs and what the boxes store there, and decodes each chunk once while it stays in the
+snapshot's cache. Covered coarse cells are not stored; reads rebuild them by averaging the finer
+level down (``covered="average"``, the default) or leave them NaN (``covered="nan"``).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import OrderedDict
+import json
+import math
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from amrzip import _core
-from amrzip.amr.boxes import covered_pieces, intersect, refine
 from amrzip.amr.hierarchy import Box, Hierarchy, Level, LevelGeometry, box_shape
-from amrzip.store import layout
-from amrzip.store.layout import StoreError
 
 COVERED = ("average", "nan")
-# Decoded chunks kept per open dataset.
-CACHE_BYTES = 256 << 20
+
+
+def check_snapshot_name(name: str) -> str:
+    """``name`` if it can name a snapshot (one path component a user can type), else ValueError."""
+    _core.check_snapshot_name(name)
+    return name
 
 
 def snapshots(path) -> list[str]:
     """The committed snapshots of the store at ``path``, oldest first."""
-    path = Path(path)
-    if not (path / "zarr.json").exists():
-        raise StoreError(f"{path}: not an amrzip store (no zarr.json)")
-    doc = layout.read_json(path / "zarr.json")
-    meta = layout.dig(doc, "attributes", "amrzip")
-    if not isinstance(meta, dict) or meta.get("store_version") != layout.STORE_VERSION:
-        raise StoreError(f"{path / 'zarr.json'}: not an amrzip store of version {layout.STORE_VERSION}")
-    names = meta.get("snapshots")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise StoreError(f"{path / 'zarr.json'}: bad snapshot list")
-    return names
+    return [name for name, _ in _core.snapshots(str(path))]
 
 
 def open_store(path, snapshot: Optional[str] = None) -> "Dataset":
     """Opens snapshot ``snapshot`` of the store at ``path`` (default: the latest committed)."""
-    path = Path(path)
-    names = snapshots(path)
-    if not names:
-        raise StoreError(f"{path}: the store holds no committed snapshot")
-    name = names[-1] if snapshot is None else snapshot
-    if name not in names:
-        raise KeyError(f"{path}: no snapshot {name!r} (snapshots: {', '.join(names)})")
-    return Dataset(path / name)
+    return Dataset(_core.Snapshot.latest(str(path), snapshot))
+
+
+def check(path, repair: bool = False) -> dict:
+    """Verifies every snapshot of the store at ``path`` (checksums, every chunk present and in
+    its place, metadata consistent) and lists interrupted writes; with ``repair``, finishes or
+    removes the interrupted work. Returns the report (see ``amrzip check``)."""
+    return json.loads(_core.check(str(path), bool(repair)))
+
+
+def _index_space(domain: Box, node) -> Box:
+    """The indices a level's arrays span: its cells, one more along node-centred dimensions."""
+    return tuple(domain[0]), tuple(h + bool(n) for h, n in zip(domain[1], node))
 
 
 def _check_region(region, dim: int, where: str) -> Box:
@@ -101,34 +98,48 @@ class LevelView(LevelGeometry):
         self.domain: Box = (tuple(meta["domain"][0]), tuple(meta["domain"][1]))
         self.owners = list(meta["owners"])
         # What the level's arrays span: its cells, one more index along node-centred dimensions.
-        self.index_space: Box = layout.index_space(self.domain, ds.nodal)
+        self.index_space: Box = _index_space(self.domain, ds.nodal)
         # The boxes as one (n, 2, dim) array, for coverage tests against all of them at once.
         self.box_array = np.asarray(self.boxes, dtype=np.int64).reshape(len(self.boxes), 2, ds.dim)
 
     def field(self, name: str) -> FieldView:
-        if name not in self._ds.fields:
-            raise KeyError(f"no field {name!r} (fields: {', '.join(self._ds.fields)})")
+        self._ds._field_index(name)
         return FieldView(self._ds, self.index, name)
 
 
 class Dataset:
-    """A snapshot of the store, opened for reading."""
+    """A snapshot of the store, opened for reading: ``Dataset(path)`` for a snapshot file (or a
+    snapshot folder of a version-1 store); :func:`amrzip.open` opens one of a store by name."""
 
     def __init__(self, path):
-        self.path = Path(path)
-        doc = layout.read_json(self.path / "zarr.json")
-        self.meta = layout.validate_snapshot(layout.dig(doc, "attributes", "amrzip"), self.path / "zarr.json")
+        self._snapshot = path if isinstance(path, _core.Snapshot) else _core.Snapshot(str(path))
+        self.path = Path(self._snapshot.path)
+        self.name: str = self._snapshot.name
+        self.meta: dict = json.loads(self._snapshot.meta_json)
         self.fields: list[str] = list(self.meta["fields"])
         self.dim: int = self.meta["dim"]
         self.nodal: tuple[bool, ...] = tuple(self.meta["node"])
         self._levels = [LevelView(self, L, m) for L, m in enumerate(self.meta["levels"])]
-        self._arrays: dict = {}
-        self._cache: OrderedDict = OrderedDict()
-        self._cached_bytes = 0
-        self.bytes_read = 0
+        # Reads are counted from here on, as opening read the snapshot's metadata only.
+        self._bytes_read_before = self._snapshot.bytes_read
 
     def __repr__(self) -> str:
         return f"<amrzip Dataset {self.path}: {self.num_levels} levels, fields {', '.join(self.fields)}>"
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from the store so far (metadata, shard headers and indexes, chunks); may be
+        set, to count from there."""
+        return self._snapshot.bytes_read - self._bytes_read_before
+
+    @bytes_read.setter
+    def bytes_read(self, value: int) -> None:
+        self._bytes_read_before = self._snapshot.bytes_read - int(value)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Every byte the snapshot takes in the store."""
+        return self._snapshot.stored_bytes
 
     @property
     def num_levels(self) -> int:
@@ -152,138 +163,25 @@ class Dataset:
             raise IndexError(f"level {L} out of range: the snapshot has {len(self._levels)} levels")
         return self._levels[L]
 
-    def array_info(self, L: int, field: str) -> dict:
-        """The (level, field) array's codec configuration and statistics (sizes, blocks)."""
-        return self._array(L, field)
-
-    def _array(self, L: int, field: str) -> dict:
-        key = (L, field)
-        if key not in self._arrays:
-            lev = self.level(L)
-            if field not in self.fields:
-                raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})")
-            where = self.path / f"level_{L}" / layout.field_dir(field) / "zarr.json"
-            self.bytes_read += where.stat().st_size if where.exists() else 0
-            doc = layout.read_json(where)
-            cfg = layout.validate_codec(doc, where, self.dim, box_shape(lev.index_space))
-            stats = layout.dig(doc, "attributes", "amrzip")
-            self._arrays[key] = {
-                "dir": where.parent,
-                "dtype": doc["data_type"],
-                "origin": list(cfg["origin"]),
-                "unit": list(cfg["unit"]),
-                "chunk": list(cfg["chunk"]),
-                "codebooks": [layout.decode_bytes(b, where) for b in cfg["codebooks"]],
-                "predictor": cfg.get("predictor"),
-                "abs_bound": cfg.get("abs_bound"),
-                "offset": cfg.get("offset", 0.0),
-                "eb": cfg["eb"],
-                "stats": stats if isinstance(stats, dict) else {},
-            }
-        return self._arrays[key]
-
-    def _chunks(self, L: int, field: str, indices: list) -> dict:
-        """Chunks ``indices`` of the (level, field) array, each decoded over its whole extent
-        (NaN where nothing is stored), or None for a chunk that does not exist. Those not in
-        the cache are decoded together, in parallel. Recently used chunks are kept, so reads
-        that overlap (boxes sharing a chunk, covered cells rebuilt from the finer level) read
-        and decode each chunk once."""
-        out, missing = {}, []
-        for index in indices:
-            key = (L, field, index)
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                out[index] = self._cache[key]
-            else:
-                out[index] = None
-                missing.append(index)
-        if not missing:
-            return out
-        a = self._array(L, field)
-        files = {index: a["dir"] / layout.chunk_key(index) for index in missing}
-        stored = [(index, files[index].read_bytes()) for index in missing if files[index].exists()]
-        self.bytes_read += sum(len(data) for _, data in stored)
-        decode = lambda chunks: _core.decode_chunks(chunks, a["codebooks"], a["origin"], a["unit"], a["chunk"], a["eb"], a["dtype"])  # noqa: E731
+    def _field_index(self, field: str) -> int:
         try:
-            decoded = decode([(list(i), data) for i, data in stored])
+            return self.fields.index(field)
         except ValueError:
-            # Name the damaged file: decode each alone until one fails.
-            for index, data in stored:
-                try:
-                    decode([(list(index), data)])
-                except ValueError as one:
-                    raise type(one)(f"{files[index]}: {one}") from None
-            raise
-        for (index, _), chunk in zip(stored, decoded):
-            if a["offset"]:
-                chunk += chunk.dtype.type(a["offset"])
-            out[index] = chunk
-            self._remember((L, field, index), chunk)
-        return out
+            raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})") from None
 
-    def _chunk_indices(self, L: int, field: str, region: Box) -> list:
-        """Indices of the (level, field) chunks that ``region`` touches."""
-        a = self._array(L, field)
-        origin, chunk = a["origin"], a["chunk"]
-        ranges = [range(max(0, (region[0][d] - origin[d]) // chunk[d]), (region[1][d] - origin[d]) // chunk[d] + 1) for d in range(self.dim)]
-        return list(itertools.product(*ranges))
+    def array_info(self, L: int, field: str) -> dict:
+        """The (level, field)'s coding (dtype, unit and chunk shapes, bounds, offset, predictor)
+        and statistics (stored cells, blocks, chunks, original and stored bytes)."""
+        self.level(L)
+        return self._snapshot.array_info(L, self._field_index(field))
 
     def prefetch(self, field: str, level: int = 0, finer: bool = True) -> None:
         """Decodes the chunks of ``level``'s boxes (and, with ``finer``, those of the finer levels,
         which rebuild covered cells) in one parallel batch per level, so that reading the boxes
         one by one afterwards decodes nothing. Levels whose chunks would not fit in the chunk
         cache are left to be read as asked."""
-        budget = CACHE_BYTES // 2
-        for L in range(level, self.num_levels if finer else level + 1):
-            a = self._array(L, field)
-            indices = list(dict.fromkeys(i for box in self.level(L).boxes for i in self._chunk_indices(L, field, box)))
-            size = len(indices) * int(np.prod(a["chunk"])) * np.dtype(a["dtype"]).itemsize
-            if size > budget:
-                return
-            budget -= size
-            self._chunks(L, field, indices)
-
-    def _chunk_box(self, L: int, field: str, index) -> Box:
-        """The part of the level's index space that chunk ``index`` spans."""
-        a, space = self._array(L, field), self.level(L).index_space
-        lo = [o + i * c for o, i, c in zip(a["origin"], index, a["chunk"])]
-        return tuple(lo), tuple(min(l + c - 1, h) for l, c, h in zip(lo, a["chunk"], space[1]))
-
-    def _filled(self, L: int, field: str, indices: list) -> dict:
-        """Like ``_chunks``, with covered cells rebuilt from the finer level (and NaN chunks for
-        those that store nothing but hold covered cells); cached like decoded chunks, so each
-        fine region is averaged down once however many coarse reads need it."""
-        out, missing = {}, []
-        for index in indices:
-            key = (L, field, index, "average")
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                out[index] = self._cache[key]
-            else:
-                missing.append(index)
-        if not missing:
-            return out
-        a, lev = self._array(L, field), self.level(L)
-        for index, data in self._chunks(L, field, missing).items():
-            region = self._chunk_box(L, field, index)
-            inside = all(l <= h for l, h in zip(*region))  # chunks past the domain hold nothing
-            pieces = covered_pieces(region, self.level(L + 1).box_array, lev.ref_ratios, self.nodal) if inside else []
-            if pieces:
-                data = np.full(a["chunk"], np.nan, dtype=a["dtype"]) if data is None else data.copy()
-                for piece in pieces:
-                    fine = self._read(field, refine(piece, lev.ref_ratios, self.nodal), L + 1, "average", whole_chunks=True)
-                    data[tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))] = _restrict(fine, lev.ref_ratios, self.nodal)
-            out[index] = data
-            if data is not None:
-                self._remember((L, field, index, "average"), data)
-        return out
-
-    def _remember(self, key, chunk: np.ndarray) -> None:
-        self._cache[key] = chunk
-        self._cached_bytes += chunk.nbytes
-        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cached_bytes -= old.nbytes
+        self.level(level)
+        self._snapshot.prefetch(self._field_index(field), level, finer)
 
     def read(self, field: str, region=None, level: int = 0, covered: str = "average") -> np.ndarray:
         """Field ``field`` of level ``level`` over ``region`` ((lo, hi) inclusive, level index
@@ -293,39 +191,18 @@ class Dataset:
         return self._read(field, region, level, covered, whole_chunks=False)
 
     def _read(self, field: str, region, level: int, covered: str, whole_chunks: bool) -> np.ndarray:
-        """``read``. With ``whole_chunks`` (callers that will read everything), covered cells
-        come from chunks filled whole and cached (``_filled``), so no fine cell is averaged
-        down twice; otherwise only the region's covered cells are rebuilt, which reads the
-        least."""
         if covered not in COVERED:
             raise ValueError(f"covered must be one of {COVERED}, got {covered!r}")
+        index = self._field_index(field)
         lev = self.level(level)
         region = lev.index_space if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
-        a = self._array(level, field)
-        out = np.full(box_shape(region), np.nan, dtype=a["dtype"])
-        rebuild = covered == "average" and level + 1 < self.num_levels
-        indices = self._chunk_indices(level, field, region)
-        for index, data in (self._filled if rebuild and whole_chunks else self._chunks)(level, field, indices).items():
-            if data is None:
-                continue
-            lo = self._chunk_box(level, field, index)[0]
-            piece = intersect((lo, tuple(l + c - 1 for l, c in zip(lo, a["chunk"]))), region)
-            src = tuple(slice(p - l, q - l + 1) for p, q, l in zip(piece[0], piece[1], lo))
-            dst = tuple(slice(p - r, q - r + 1) for p, q, r in zip(piece[0], piece[1], region[0]))
-            out[dst] = data[src]
-        if rebuild and not whole_chunks:
-            ratio, node = lev.ref_ratios, self.nodal
-            for piece in covered_pieces(region, self.level(level + 1).box_array, ratio, node):
-                fine = self._read(field, refine(piece, ratio, node), level + 1, covered, whole_chunks)
-                sl = tuple(slice(l - r, h - r + 1) for l, h, r in zip(piece[0], piece[1], region[0]))
-                out[sl] = _restrict(fine, ratio, node).astype(out.dtype)
-        return out
+        return self._snapshot.read(index, level, list(region[0]), list(region[1]), covered, whole_chunks)
 
     def to_hierarchy(self) -> Hierarchy:
         """The whole snapshot as a Hierarchy (box arrays decoded when first asked for)."""
         h_levels = []
         for L, lev in enumerate(self._levels):
-            loader = lambda f, i, L=L: self.read(f, self._levels[L].boxes[i], L)
+            loader = lambda f, i, L=L: self.read(f, self._levels[L].boxes[i], L)  # noqa: E731
             h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields), loader))
         m = self.meta
         attrs = dict(m.get("source") or {})
@@ -339,40 +216,75 @@ class Dataset:
         upsampled (piecewise constant; for node-centred data, each coarse node also fills the
         fine nodes up to the next one) where no finer data exists, finer levels averaged down."""
         level = self.num_levels - 1 if level is None else level
-        top = self.level(level)
-        out = np.full(box_shape(top.index_space), np.nan, dtype=self._array(level, field)["dtype"])
-        for L in range(level + 1):
-            ratio = [1] * self.dim
-            for k in range(L, level):
-                ratio = [r * q for r, q in zip(ratio, self.level(k).ref_ratios)]
-            # Finer levels paint over coarse data afterwards, so covered coarse values are not
-            # needed, except at nodes: the last covered node also fills the fine nodes past it.
-            covered = "average" if L == level or any(self.nodal) else "nan"
-            for box in self.level(L).boxes:
-                data = self._read(field, box, L, covered, whole_chunks=True)
-                for d, r in enumerate(ratio):
-                    if r > 1:
-                        # A coarse node box of n nodes spans (n - 1) * r + 1 fine nodes.
-                        data = np.repeat(data, r, axis=d)[(slice(None),) * d + (slice(0, data.shape[d] * r - (r - 1) * self.nodal[d]),)]
-                lo = [l * r - t for l, r, t in zip(box[0], ratio, top.domain[0])]
-                sl = tuple(slice(a, a + n) for a, n in zip(lo, data.shape))
-                keep = ~np.isnan(data)
-                out[sl][keep] = data[keep]
-        return out
+        self.level(level)
+        return self._snapshot.to_uniform(self._field_index(field), level)
+
+    def describe(self) -> dict:
+        """Geometry, bounds and, per level and field, how it was coded and what it takes: what
+        ``amrzip inspect`` prints. Ratios count every byte of the snapshot (metadata, indexes,
+        shared tables, chunks)."""
+        meta = self.meta
+        fields = {
+            f: {"dtype": meta["dtypes"][f], "mode": b["mode"], "value": b["value"], "abs_bound": b["abs"]}
+            for f, b in ((f, self.bounds[f]) for f in self.fields)
+        }
+        levels = []
+        totals = dict.fromkeys(("cells", "stored_cells", "original_bytes"), 0)
+        for L in range(self.num_levels):
+            lev = self.level(L)
+            arrays = {}
+            for f in self.fields:
+                a = self.array_info(L, f)
+                stats = dict(a["stats"])
+                arrays[f] = {
+                    **stats, "ratio": stats["original_bytes"] / max(stats["stored_bytes"], 1),
+                    "predictor": a["predictor"], "unit": a["unit"][0], "chunk": a["chunk"][0],
+                }
+            cells = sum(math.prod(box_shape(b)) for b in lev.boxes)
+            stored_cells = next((a["stored_cells"] for a in arrays.values()), 0)
+            original = sum(a["original_bytes"] for a in arrays.values())
+            stored = sum(a["stored_bytes"] for a in arrays.values())
+            finest = L + 1 == self.num_levels
+            levels.append({
+                "level": L,
+                "domain": [list(lev.domain[0]), list(lev.domain[1])],
+                "shape": list(box_shape(lev.index_space)),
+                "boxes": lev.num_boxes,
+                "ref_ratio": None if finest else list(lev.ref_ratios),
+                "dx": list(lev.dx),
+                "cells": cells,
+                "stored_cells": stored_cells,
+                "covered_cells": cells - stored_cells,
+                "stored_fraction": stored_cells / cells if cells else 1.0,
+                "original_bytes": original,
+                "stored_bytes": stored,
+                "ratio": original / max(stored, 1),
+                "fields": arrays,
+            })
+            totals["cells"] += cells
+            totals["stored_cells"] += stored_cells
+            totals["original_bytes"] += original
+        totals["stored_bytes"] = self.stored_bytes
+        totals["ratio"] = totals["original_bytes"] / max(totals["stored_bytes"], 1)
+        totals["disk_bytes"] = _disk_bytes(self.path)
+        source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+        return {
+            "snapshot": self.name,
+            "path": str(self.path),
+            "time": self.time,
+            "step": self.step,
+            "dim": self.dim,
+            "coord_sys": meta.get("coord_sys", 0),
+            "prob_lo": meta["prob_lo"],
+            "prob_hi": meta["prob_hi"],
+            "source": {k: source[k] for k in ("format", "source") if k in source},
+            "fields": fields,
+            "levels": levels,
+            "totals": totals,
+        }
 
 
-def _restrict(fine: np.ndarray, ratio, node) -> np.ndarray:
-    """Coarse values from the fine ones over them: cells average their fine cells, nodes take
-    the fine node they coincide with (AMReX's nodal average-down injects too)."""
-    if not any(node):
-        return average_down(fine, ratio)
-    picked = fine[tuple(slice(None, None, r) if n else slice(None) for r, n in zip(ratio, node))]
-    return average_down(picked, [1 if n else r for r, n in zip(ratio, node)])
-
-
-def average_down(fine: np.ndarray, ratio) -> np.ndarray:
-    """The mean of each ``ratio`` block of ``fine`` (volume average on a Cartesian grid)."""
-    shape = []
-    for n, r in zip(fine.shape, ratio):
-        shape += [n // r, r]
-    return fine.reshape(shape).mean(axis=tuple(range(1, 2 * fine.ndim, 2)), dtype=np.float64)
+def _disk_bytes(path: Path) -> int:
+    """What ``path`` (a file, or a folder and what it holds) takes on disk, in allocated blocks."""
+    paths = [path] if path.is_file() else [path, *path.rglob("*")]
+    return sum(p.stat().st_blocks * 512 for p in paths)

@@ -1,0 +1,437 @@
+//! Bindings for `amrzip-store`: writing a snapshot from numpy box arrays, reading one back,
+//! listing and checking stores, and decoding a store chunk for zarr-python. The Python package
+//! (`python/amrzip/store/`) turns hierarchies and user arguments into these calls.
+
+use crate::CorruptStreamError;
+use amrzip_amr::{IBox, Layout};
+use amrzip_codec::{DType, PredictorKind, Preset};
+use amrzip_store::metadata::{dtype_name, BoundMode};
+use amrzip_store::zarr_codec::{ChunkValues, ZarrCodec};
+use amrzip_store::{self as store, Covered, ErrorKind};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyFileExistsError, PyKeyError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+create_exception!(
+    _core,
+    StoreError,
+    CorruptStreamError,
+    "The store is missing, damaged or not an amrzip store; the message names the file."
+);
+
+pub(crate) fn store_err(e: store::Error) -> PyErr {
+    match e.kind {
+        ErrorKind::Invalid | ErrorKind::Interrupted => PyValueError::new_err(e.message),
+        ErrorKind::Corrupt | ErrorKind::NotAStore => StoreError::new_err(e.message),
+        ErrorKind::Exists => PyFileExistsError::new_err(e.message),
+        ErrorKind::NotFound => PyKeyError::new_err(e.message),
+        ErrorKind::Io => PyOSError::new_err(e.message),
+    }
+}
+
+fn ibox(b: (Vec<i64>, Vec<i64>)) -> IBox {
+    IBox::new(b.0, b.1)
+}
+
+fn get<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
+    d.get_item(key)?.ok_or_else(|| PyValueError::new_err(format!("missing {key:?}")))?.extract().map_err(Into::into)
+}
+
+fn dtype(name: &str) -> PyResult<DType> {
+    match name {
+        "float32" => Ok(DType::F32),
+        "float64" => Ok(DType::F64),
+        d => Err(PyValueError::new_err(format!("the store keeps float32 and float64 fields, not {d}"))),
+    }
+}
+
+fn spec(s: &Bound<'_, PyDict>) -> PyResult<store::SnapshotSpec> {
+    let fields: Vec<Bound<PyDict>> = get(s, "fields")?;
+    let fields = fields
+        .iter()
+        .map(|f| {
+            let mode: String = get(f, "mode")?;
+            Ok(store::FieldSpec {
+                name: get(f, "name")?,
+                dtype: dtype(&get::<String>(f, "dtype")?)?,
+                mode: BoundMode::from_name(&mode)
+                    .ok_or_else(|| PyValueError::new_err(format!("bound mode must be 'rel' or 'abs', got {mode:?}")))?,
+                bound: get(f, "bound")?,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let levels: Vec<Bound<PyDict>> = get(s, "levels")?;
+    let levels = levels
+        .iter()
+        .map(|l| {
+            Ok(store::LevelSpec {
+                domain: ibox(get(l, "domain")?),
+                ref_ratio: get(l, "ref_ratio")?,
+                dx: get(l, "dx")?,
+                boxes: get::<Vec<(Vec<i64>, Vec<i64>)>>(l, "boxes")?.into_iter().map(ibox).collect(),
+                owners: get(l, "owners")?,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let source: String = get(s, "source")?;
+    Ok(store::SnapshotSpec {
+        node: get(s, "node")?,
+        fields,
+        levels,
+        prob_lo: get(s, "prob_lo")?,
+        prob_hi: get(s, "prob_hi")?,
+        coord_sys: get(s, "coord_sys")?,
+        time: get(s, "time")?,
+        step: get(s, "step")?,
+        source: serde_json::from_str(&source).map_err(|e| PyValueError::new_err(format!("source is not JSON: {e}")))?,
+    })
+}
+
+fn options(o: &Bound<'_, PyDict>) -> PyResult<store::WriteOptions> {
+    let preset = match get::<String>(o, "mode")?.as_str() {
+        "ratio" => Preset::Ratio,
+        "speed" => Preset::Speed,
+        m => return Err(PyValueError::new_err(format!("mode must be 'ratio' or 'speed', got {m:?}"))),
+    };
+    let predictor = get::<Option<String>>(o, "predictor")?
+        .map(|p| PredictorKind::from_name(&p).ok_or_else(|| PyValueError::new_err(format!("unknown predictor {p:?}"))))
+        .transpose()?;
+    Ok(store::WriteOptions {
+        preset,
+        unit: get(o, "unit")?,
+        chunk: get(o, "chunk")?,
+        threads: get(o, "threads")?,
+        predictor,
+        shared_tables: get(o, "sle")?,
+        adaptive_block: get(o, "adaptive_block")?,
+        conserve_mean: get(o, "conserve_mean")?,
+    })
+}
+
+/// A box array borrowed for the call.
+enum Borrowed<'py> {
+    F32(PyReadonlyArrayDyn<'py, f32>),
+    F64(PyReadonlyArrayDyn<'py, f64>),
+}
+
+fn layout_of(a: &Bound<'_, PyAny>) -> PyResult<Layout> {
+    let flags = a.getattr("flags")?;
+    if flags.getattr("c_contiguous")?.extract()? {
+        Ok(Layout::C)
+    } else if flags.getattr("f_contiguous")?.extract()? {
+        Ok(Layout::Fortran)
+    } else {
+        Err(PyValueError::new_err("box arrays must be C- or Fortran-contiguous"))
+    }
+}
+
+/// Box values from a Python function `boxes(level, field) -> list of arrays`, called with the
+/// GIL held; the arrays stay borrowed while the writer works on them without it. An exception
+/// it raises is kept to be raised again, and stops the write.
+struct PySource {
+    boxes: Py<PyAny>,
+    dtypes: Vec<DType>,
+    raised: Mutex<Option<PyErr>>,
+}
+
+impl PySource {
+    fn keep(&self, e: PyErr) -> store::Error {
+        let message = e.to_string();
+        self.raised.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        store::Error::new(ErrorKind::Interrupted, message)
+    }
+}
+
+impl store::BoxSource for PySource {
+    fn with_boxes(&self, level: usize, field: usize, f: &mut dyn FnMut(&[store::BoxData]) -> store::Result<()>) -> store::Result<()> {
+        Python::attach(|py| {
+            let arrays: Vec<Bound<PyAny>> = self.boxes.call1(py, (level, field)).and_then(|l| l.extract(py)).map_err(|e| self.keep(e))?;
+            let borrowed = arrays
+                .iter()
+                .map(|a| {
+                    let layout = layout_of(a)?;
+                    Ok((if self.dtypes[field] == DType::F32 { Borrowed::F32(a.extract()?) } else { Borrowed::F64(a.extract()?) }, layout))
+                })
+                .collect::<PyResult<Vec<_>>>()
+                .map_err(|e| self.keep(e))?;
+            let data = borrowed
+                .iter()
+                .map(|(a, layout)| {
+                    let values = match a {
+                        Borrowed::F32(a) => store::Values::F32(a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?),
+                        Borrowed::F64(a) => store::Values::F64(a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?),
+                    };
+                    Ok(store::BoxData { values, layout: *layout, ghost: Vec::new() })
+                })
+                .collect::<PyResult<Vec<_>>>()
+                .map_err(|e| self.keep(e))?;
+            let work = OnSameThread(|| f(&data));
+            py.detach(move || work.run())
+        })
+    }
+}
+
+/// A closure that `Python::detach` may run although it is not `Send`: detach runs it on the
+/// calling thread (it only releases the GIL meanwhile), and what it borrows (the writer's
+/// state, slices of arrays whose read-only borrows outlive the call) touches no Python object.
+struct OnSameThread<F>(F);
+// Safety: see above; the value never leaves the thread that made it.
+unsafe impl<F> Send for OnSameThread<F> {}
+
+impl<R, F: FnOnce() -> R> OnSameThread<F> {
+    fn run(self) -> R {
+        (self.0)()
+    }
+}
+
+/// write_snapshot(path, name, spec, boxes, options, progress=None) -> dict
+///
+/// `spec`: fields (name, dtype, mode, bound), levels (domain, ref_ratio, dx, boxes, owners),
+/// node, prob_lo, prob_hi, coord_sys, time, step, source (JSON text). `boxes(level, field)`
+/// returns the field's arrays for every box of the level, indexed [i, j, k], of the box's
+/// shape, C- or Fortran-contiguous, of the field's dtype. `progress(level, field)` is called as
+/// each starts. An exception either raises stops the write, and is raised again.
+#[pyfunction]
+#[pyo3(signature = (path, name, spec, boxes, options, progress=None))]
+pub fn write_snapshot<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    name: &str,
+    spec: &Bound<'py, PyDict>,
+    boxes: Py<PyAny>,
+    options: &Bound<'py, PyDict>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let spec = self::spec(spec)?;
+    let opts = self::options(options)?;
+    let source = PySource { boxes, dtypes: spec.fields.iter().map(|f| f.dtype).collect(), raised: Mutex::new(None) };
+    let result = py.detach(|| {
+        let mut report = |level: usize, field: usize| -> store::Result<()> {
+            let Some(cb) = &progress else { return Ok(()) };
+            Python::attach(|py| cb.call1(py, (level, field)).map(|_| ())).map_err(|e| source.keep(e))
+        };
+        store::write_snapshot(&path, name, &spec, &source, &opts, &mut report)
+    });
+    if let Some(e) = source.raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let summary = result.map_err(store_err)?;
+    let d = PyDict::new(py);
+    d.set_item("snapshot", &summary.snapshot)?;
+    d.set_item("path", summary.path.to_string_lossy().as_ref())?;
+    let levels = PyList::empty(py);
+    for (l, fields) in summary.fields.iter().enumerate() {
+        let per_field = PyDict::new(py);
+        for (f, s) in fields.iter().enumerate() {
+            let stats = stats_dict(py, &s.stats)?;
+            stats.set_item("unit", s.unit)?;
+            stats.set_item("chunk", s.chunk)?;
+            stats.set_item("predictor", &s.predictor)?;
+            per_field.set_item(&spec.fields[f].name, stats)?;
+        }
+        let level = PyDict::new(py);
+        level.set_item("level", l)?;
+        level.set_item("fields", per_field)?;
+        levels.append(level)?;
+    }
+    d.set_item("levels", levels)?;
+    d.set_item("original_bytes", summary.original_bytes)?;
+    d.set_item("stored_bytes", summary.stored_bytes)?;
+    Ok(d)
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &store::array::FieldStats) -> PyResult<Bound<'py, PyDict>> {
+    let stats = PyDict::new(py);
+    stats.set_item("stored_cells", s.stored_cells)?;
+    stats.set_item("blocks", s.blocks)?;
+    stats.set_item("partial_blocks", s.partial_blocks)?;
+    stats.set_item("chunks", s.chunks)?;
+    stats.set_item("original_bytes", s.original_bytes)?;
+    stats.set_item("stored_bytes", s.stored_bytes)?;
+    Ok(stats)
+}
+
+/// check(path, repair) -> JSON text of the report (see `amrzip_store::check::check`).
+#[pyfunction]
+pub fn check(py: Python<'_>, path: PathBuf, repair: bool) -> PyResult<String> {
+    py.detach(|| store::check::check(&path, repair)).map(|v| v.to_string()).map_err(store_err)
+}
+
+/// check_snapshot_name(name): raises ValueError unless `name` can name a snapshot.
+#[pyfunction]
+pub fn check_snapshot_name(name: &str) -> PyResult<()> {
+    store::layout::check_snapshot_name(name).map_err(store_err)
+}
+
+/// snapshots(path) -> list of (name, path): the committed snapshots, oldest first.
+#[pyfunction]
+pub fn snapshots(path: PathBuf) -> PyResult<Vec<(String, String)>> {
+    let s = store::Store::open(&path).map_err(store_err)?;
+    Ok(s.snapshots().map_err(store_err)?.into_iter().map(|e| (e.name, e.path.to_string_lossy().into_owned())).collect())
+}
+
+fn covered(name: &str) -> PyResult<Covered> {
+    match name {
+        "average" => Ok(Covered::Average),
+        "nan" => Ok(Covered::Nan),
+        c => Err(PyValueError::new_err(format!("covered must be 'average' or 'nan', got {c:?}"))),
+    }
+}
+
+/// Snapshot(path): the snapshot file (or version-1 folder) at `path`, opened for reading.
+/// `Snapshot.latest(store, name=None)` opens one of a store by name.
+#[pyclass(module = "amrzip._core", frozen)]
+pub struct Snapshot {
+    inner: Arc<store::Snapshot>,
+}
+
+impl Snapshot {
+    fn array<'py, T: store::reader::Value + numpy::Element>(
+        py: Python<'py>,
+        values: Vec<T>,
+        shape: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyArray1::from_vec(py, values).reshape(shape)?.into_any())
+    }
+}
+
+#[pymethods]
+impl Snapshot {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let inner = py.detach(|| store::SnapshotEntry::at(&path).and_then(|e| store::Snapshot::open(&e))).map_err(store_err)?;
+        Ok(Snapshot { inner: Arc::new(inner) })
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (store_path, name=None))]
+    fn latest(py: Python<'_>, store_path: PathBuf, name: Option<String>) -> PyResult<Self> {
+        let inner = py.detach(|| store::Snapshot::open_in(&store_path, name.as_deref())).map_err(store_err)?;
+        Ok(Snapshot { inner: Arc::new(inner) })
+    }
+
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name.clone()
+    }
+
+    #[getter]
+    fn path(&self) -> String {
+        self.inner.path.to_string_lossy().into_owned()
+    }
+
+    /// The metadata as JSON text, boxes as [lo, hi] lists.
+    #[getter]
+    fn meta_json(&self) -> String {
+        self.inner.meta.to_plain_json().to_string()
+    }
+
+    #[getter]
+    fn bytes_read(&self) -> u64 {
+        self.inner.bytes_read()
+    }
+
+    /// Every byte the snapshot takes in the store.
+    #[getter]
+    fn stored_bytes(&self) -> u64 {
+        self.inner.stored_bytes()
+    }
+
+    /// read(field, level, lo, hi, covered, whole_chunks) -> ndarray over the region.
+    #[allow(clippy::too_many_arguments)]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        field: usize,
+        level: usize,
+        lo: Vec<i64>,
+        hi: Vec<i64>,
+        covered: &str,
+        whole_chunks: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (covered, region) = (self::covered(covered)?, IBox::new(lo, hi));
+        let shape = region.shape();
+        let s = &self.inner;
+        match s.meta.dtypes.get(field) {
+            Some(DType::F32) => {
+                Self::array(py, py.detach(|| s.read::<f32>(field, level, &region, covered, whole_chunks)).map_err(store_err)?, shape)
+            }
+            _ => Self::array(py, py.detach(|| s.read::<f64>(field, level, &region, covered, whole_chunks)).map_err(store_err)?, shape),
+        }
+    }
+
+    fn prefetch(&self, py: Python<'_>, field: usize, level: usize, finer: bool) -> PyResult<()> {
+        let s = &self.inner;
+        match s.meta.dtypes.get(field) {
+            Some(DType::F32) => py.detach(|| s.prefetch::<f32>(field, level, finer)),
+            _ => py.detach(|| s.prefetch::<f64>(field, level, finer)),
+        }
+        .map_err(store_err)
+    }
+
+    fn to_uniform<'py>(&self, py: Python<'py>, field: usize, level: usize) -> PyResult<Bound<'py, PyAny>> {
+        let s = &self.inner;
+        let shape = s.meta.levels.get(level).map(|_| s.meta.index_space(level).shape()).unwrap_or_default();
+        match s.meta.dtypes.get(field) {
+            Some(DType::F32) => Self::array(py, py.detach(|| s.to_uniform::<f32>(field, level)).map_err(store_err)?, shape),
+            _ => Self::array(py, py.detach(|| s.to_uniform::<f64>(field, level)).map_err(store_err)?, shape),
+        }
+    }
+
+    /// array_info(level, field) -> dict: how the (level, field) is coded, with its statistics.
+    fn array_info<'py>(&self, py: Python<'py>, level: usize, field: usize) -> PyResult<Bound<'py, PyDict>> {
+        let a = py.detach(|| self.inner.field_array(level, field)).map_err(store_err)?;
+        let d = PyDict::new(py);
+        d.set_item("dtype", dtype_name(a.codec.dtype))?;
+        d.set_item("unit", a.codec.unit.clone())?;
+        d.set_item("chunk", a.tiling.chunk.clone())?;
+        d.set_item("origin", a.tiling.origin.clone())?;
+        d.set_item("abs_bound", a.codec.abs_bound)?;
+        d.set_item("eb", a.codec.eb)?;
+        d.set_item("offset", a.codec.offset)?;
+        d.set_item("predictor", &a.codec.predictor)?;
+        d.set_item("table_bytes", a.codec.tables.clone().map(|t| a.tables()[t].len()).sum::<usize>())?;
+        d.set_item("stats", stats_dict(py, &a.stats)?)?;
+        Ok(d)
+    }
+}
+
+/// ZarrChunkDecoder(configuration_json, dtype): decodes chunks of an array stored with the
+/// amrzip.amr codec, for zarr-python.
+#[pyclass(module = "amrzip._core", frozen)]
+pub struct ZarrChunkDecoder {
+    codec: ZarrCodec,
+}
+
+#[pymethods]
+impl ZarrChunkDecoder {
+    #[new]
+    fn new(configuration: &str, dtype_name: &str) -> PyResult<Self> {
+        let config: serde_json::Value =
+            serde_json::from_str(configuration).map_err(|e| PyValueError::new_err(format!("bad configuration: {e}")))?;
+        Ok(ZarrChunkDecoder { codec: ZarrCodec::new(&config, dtype(dtype_name)?).map_err(store_err)? })
+    }
+
+    /// decode(data, shape) -> ndarray of `shape` (the chunk's spatial shape), in the field's type.
+    fn decode<'py>(&self, py: Python<'py>, data: &[u8], shape: Vec<usize>) -> PyResult<Bound<'py, PyAny>> {
+        match py.detach(|| self.codec.decode(data, &shape)).map_err(store_err)? {
+            ChunkValues::F32(v) => Snapshot::array(py, v, shape),
+            ChunkValues::F64(v) => Snapshot::array(py, v, shape),
+        }
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("StoreError", m.py().get_type::<StoreError>())?;
+    m.add_function(wrap_pyfunction!(write_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(snapshots, m)?)?;
+    m.add_function(wrap_pyfunction!(check_snapshot_name, m)?)?;
+    m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_class::<Snapshot>()?;
+    m.add_class::<ZarrChunkDecoder>()?;
+    Ok(())
+}

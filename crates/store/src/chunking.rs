@@ -1,0 +1,303 @@
+//! How a level is cut: the unit block (the blocking factor the boxes honour, or larger edges
+//! that predict better across box seams), the chunk (what a region read decodes: sized like the
+//! boxes, so that reading a box touches about one chunk, or larger where that codes much
+//! smaller) and the shard (how many chunks share one index).
+//!
+//! Units and chunks are chosen by measuring: every candidate is compressed on a sample of the
+//! level's boxes. A level's fields are one array, so they share one chunk shape, chosen on
+//! their summed sizes; each field keeps its own unit.
+
+use amrzip_amr::IBox;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Unit block edge when the boxes do not reveal a blocking factor, the largest one detected,
+/// and the larger edges also tried: with absent cells costing nothing, a unit block larger
+/// than the blocking factor often predicts better (fewer seams), sometimes worse (less context
+/// where boxes end).
+pub const DEFAULT_UNIT: usize = 8;
+pub const MAX_UNIT: usize = 32;
+pub const TRIED_UNITS: [usize; 2] = [16, 32];
+/// A larger chunk also tried, and what it must save to be used over box-sized ones (it gives
+/// unit blocks of 32 cells room: at loose bounds they code much smaller).
+pub fn large_chunk(dim: usize) -> usize {
+    [4096, 128, 32][dim - 1]
+}
+pub const LARGE_CHUNK_GAIN: f64 = 0.25;
+/// Chunk edge bounds in cells: large enough to amortise a chunk's header, small enough that
+/// reads stay local.
+fn chunk_edge_bounds(dim: usize) -> (usize, usize) {
+    [(1024, 4096), (32, 128), (16, 32)][dim - 1]
+}
+/// A level's layout is chosen on a sample of its boxes of about this many cells (a quarter
+/// million picks as well as a million on the benchmark hierarchies, in a quarter the time),
+/// taken as this many runs of consecutive boxes: unit blocks larger than the boxes gain where
+/// boxes meet, which a sample of scattered boxes would hide.
+pub const TRIAL_CELLS: usize = 1 << 18;
+pub const TRIAL_RUNS: usize = 8;
+/// Sample sizes of two units this close (relative) are measured again on all the boxes.
+pub const CLOSE_CALL: f64 = 0.03;
+
+/// The boxes' cells: node boxes reach one index past the cells they bound.
+fn cell_boxes(boxes: &[IBox], node: &[bool]) -> Vec<IBox> {
+    boxes
+        .iter()
+        .map(|b| IBox::new(b.lo.clone(), b.hi.iter().zip(&b.lo).zip(node).map(|((&h, &l), &n)| l.max(h - n as i64)).collect()))
+        .collect()
+}
+
+/// The largest power of two within the bounds not above the median of the boxes' smallest edges.
+pub fn chunk_edge(boxes: &[IBox], dim: usize) -> usize {
+    let (lo, hi) = chunk_edge_bounds(dim);
+    if boxes.is_empty() {
+        return hi;
+    }
+    let mut smallest: Vec<usize> = boxes.iter().map(|b| b.shape().into_iter().min().unwrap_or(1)).collect();
+    smallest.sort_unstable();
+    let typical = smallest[boxes.len() / 2];
+    let mut edge = hi;
+    while edge > lo && edge > typical {
+        edge /= 2;
+    }
+    edge
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The blocking factor the boxes honour: the largest power of two (at most `MAX_UNIT`)
+/// dividing every box corner and size relative to the domain corner; `DEFAULT_UNIT` when that
+/// is below 4 (unaligned boxes then make partial unit blocks, whose absent cells cost almost
+/// nothing).
+pub fn detect_unit(boxes: &[IBox], domain_lo: &[i64]) -> usize {
+    let mut g = 0;
+    for b in boxes {
+        for ((&l, &h), &o) in b.lo.iter().zip(&b.hi).zip(domain_lo) {
+            g = gcd(gcd(g, l - o), h + 1 - o);
+        }
+    }
+    let mut unit = MAX_UNIT as i64;
+    while unit > 1 && g % unit != 0 {
+        unit /= 2;
+    }
+    if unit >= 4 {
+        unit as usize
+    } else {
+        DEFAULT_UNIT
+    }
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// Candidate (unit edge, chunk edge) pairs of a level, the box-sized chunk first. `unit` and
+/// `chunk` are the user's (chunk rounded up to a multiple of the unit), else measured.
+pub fn candidates(boxes: &[IBox], node: &[bool], domain_lo: &[i64], unit: Option<usize>, chunk: Option<usize>) -> Vec<(usize, usize)> {
+    let dim = domain_lo.len();
+    let cells = cell_boxes(boxes, node);
+    let first = unit.unwrap_or_else(|| detect_unit(&cells, domain_lo));
+    let units: Vec<usize> = match unit {
+        Some(u) => vec![u],
+        None => std::iter::once(first).chain(TRIED_UNITS.into_iter().filter(|&u| u > first)).collect(),
+    };
+    if let Some(c) = chunk {
+        return units.into_iter().filter(|&u| u <= c.max(first)).map(|u| (u, round_up(c, u))).collect();
+    }
+    let local = round_up(chunk_edge(&cells, dim).max(first), first);
+    let large = round_up(local.max(large_chunk(dim)), first);
+    let mut out: Vec<(usize, usize)> = units.iter().filter(|&&u| local.is_multiple_of(u)).map(|&u| (u, local)).collect();
+    if large > local {
+        out.extend(units.iter().filter(|&&u| large.is_multiple_of(u)).map(|&u| (u, large)));
+    }
+    out
+}
+
+/// Trial sizes: ((unit edge, chunk edge), bytes).
+pub type Trials = Vec<((usize, usize), usize)>;
+
+/// Trial sizes of `layouts`; `sizes(unit, edges)` measures one unit with several chunk edges
+/// (predicting each block once). Per chunk edge, units are tried smallest first and larger
+/// ones only while they keep shrinking the output: the size is unimodal in the unit edge on
+/// the benchmark hierarchies, and the largest unit's trial walks the most absent cells.
+pub fn trials<E>(layouts: &[(usize, usize)], mut sizes: impl FnMut(usize, &[usize]) -> Result<Vec<usize>, E>) -> Result<Trials, E> {
+    let mut result = Vec::new();
+    // Per chunk edge still tried: its last size.
+    let mut previous: BTreeMap<usize, Option<usize>> = layouts.iter().map(|&(_, c)| (c, None)).collect();
+    let units: BTreeSet<usize> = layouts.iter().map(|&(u, _)| u).collect();
+    for u in units {
+        let edges: Vec<usize> = layouts.iter().filter(|&&(v, c)| v == u && previous.contains_key(&c)).map(|&(_, c)| c).collect();
+        if edges.is_empty() {
+            continue;
+        }
+        for (c, size) in edges.iter().zip(sizes(u, &edges)?) {
+            result.push(((u, *c), size));
+            match previous[c] {
+                Some(p) if size > p => {
+                    previous.remove(c);
+                }
+                _ => {
+                    previous.insert(*c, Some(size));
+                }
+            }
+        }
+    }
+    Ok(result)
+}
+
+/// The chunk edge of a level from its fields' trials: the one of smallest summed size, but
+/// chunks larger than the box-sized `local_edge` only when they save more than
+/// `LARGE_CHUNK_GAIN` (a box read then stays local).
+pub fn choose_edge(per_field: &[Trials], local_edge: usize) -> usize {
+    let mut edges: Vec<usize> = Vec::new();
+    for t in per_field.iter().flatten() {
+        if !edges.contains(&t.0 .1) {
+            edges.push(t.0 .1);
+        }
+    }
+    let total = |c: usize| -> Option<usize> {
+        per_field.iter().map(|t| t.iter().filter(|((_, e), _)| *e == c).map(|&(_, s)| s).min()).sum::<Option<usize>>()
+    };
+    let Some(best) = edges.iter().copied().filter(|&c| total(c).is_some()).min_by_key(|&c| total(c).unwrap()) else {
+        return local_edge;
+    };
+    match (total(best), total(local_edge)) {
+        (Some(b), Some(l)) if best != local_edge && b as f64 > (1.0 - LARGE_CHUNK_GAIN) * l as f64 => local_edge,
+        _ => best,
+    }
+}
+
+/// A field's unit for chunk edge `edge`: the one of smallest trial size, and the runner-up
+/// when it came within `CLOSE_CALL` (to be measured again on all the boxes).
+pub fn choose_unit(trials: &[((usize, usize), usize)], edge: usize) -> (usize, Option<usize>) {
+    let mut of_edge: Vec<(usize, usize)> = trials.iter().filter(|((_, c), _)| *c == edge).map(|&((u, _), s)| (u, s)).collect();
+    of_edge.sort_by_key(|&(_, s)| s);
+    match of_edge.as_slice() {
+        [] => (0, None),
+        [(u, _)] => (*u, None),
+        [(u, s), (r, t), ..] => (*u, ((*t as f64) < (1.0 + CLOSE_CALL) * *s as f64).then_some(*r)),
+    }
+}
+
+/// Which boxes (by index) a layout trial compresses: all, or `TRIAL_RUNS` runs of consecutive
+/// boxes of about `TRIAL_CELLS` cells in all.
+pub fn trial_sample(cells: &[usize]) -> Vec<usize> {
+    let total: usize = cells.iter().sum();
+    let step = total.div_ceil(TRIAL_CELLS).max(1);
+    let n = cells.len();
+    if step == 1 {
+        return (0..n).collect();
+    }
+    let run = n.div_ceil(step * TRIAL_RUNS).max(1);
+    let mut picked = BTreeSet::new();
+    for k in 0..TRIAL_RUNS {
+        let start = k * (n - run) / (TRIAL_RUNS - 1);
+        picked.extend(start..start + run);
+    }
+    picked.into_iter().collect()
+}
+
+/// What one shard costs besides its index: its zip entry (local header and central directory
+/// record with their names) and its prefix.
+const SHARD_ENTRY_BYTES: usize = 200;
+/// A box read reads the index of every shard it touches whole: indexes stay under this.
+const SHARD_INDEX_MAX: usize = 16 << 10;
+
+/// Chunks per shard edge (a power of two): the fewest bytes of indexes and entries over the
+/// chunks present (`present`, spatial chunk indices), the larger of equals, with each index
+/// at most `SHARD_INDEX_MAX`. Dense levels get large shards, sparse ones small.
+pub fn shard_factor(present: &BTreeSet<Vec<i64>>, fields: usize, grid: &[usize]) -> usize {
+    let dims = grid.len();
+    let widest = grid.iter().copied().max().unwrap_or(1);
+    let mut best = (usize::MAX, 1);
+    let mut m = 1usize;
+    loop {
+        let inner = fields * m.pow(dims as u32);
+        if m > 1 && 16 * inner + 4 > SHARD_INDEX_MAX {
+            break;
+        }
+        let shards: BTreeSet<Vec<i64>> = present.iter().map(|c| c.iter().map(|&i| i.div_euclid(m as i64)).collect()).collect();
+        let cost = shards.len() * (SHARD_ENTRY_BYTES + 16 * inner + 4);
+        if cost <= best.0 {
+            best = (cost, m);
+        }
+        if m >= widest {
+            break;
+        }
+        m *= 2;
+    }
+    best.1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(lo: &[i64], hi: &[i64]) -> IBox {
+        IBox::new(lo.to_vec(), hi.to_vec())
+    }
+
+    #[test]
+    fn units_that_are_no_power_of_two_get_chunks_they_tile() {
+        let boxes = vec![b(&[0, 0], &[31, 31]), b(&[32, 0], &[63, 31])];
+        for u in [3, 5, 6, 7, 12, 256] {
+            let c = candidates(&boxes, &[false, false], &[0, 0], Some(u), None);
+            assert!(!c.is_empty() && c.iter().all(|&(v, e)| v == u && e % u == 0), "{u}: {c:?}");
+            let c = candidates(&boxes, &[false, false], &[0, 0], Some(u), Some(20));
+            assert!(!c.is_empty() && c.iter().all(|&(v, e)| v == u && e % u == 0 && e >= 20), "{u}: {c:?}");
+        }
+        let c = candidates(&boxes, &[false, false], &[0, 0], None, None);
+        assert_eq!(c, vec![(32, 32), (32, 128)]);
+    }
+
+    #[test]
+    fn trials_stop_growing_the_unit_once_it_stops_paying() {
+        let layouts = [(8, 16), (16, 16), (32, 16), (8, 32), (16, 32), (32, 32)];
+        let size = |u: usize, c: usize| match (u, c) {
+            (8, 16) => 100,
+            (16, 16) => 90,
+            (32, 16) => 95,
+            _ => 1000 / u,
+        };
+        let sizes = |u: usize, edges: &[usize]| -> Result<Vec<usize>, ()> { Ok(edges.iter().map(|&c| size(u, c)).collect()) };
+        let t = trials(&layouts, sizes).unwrap();
+        // Edge 16: 8 -> 100, 16 -> 90, 32 -> 95 (worse, but measured); edge 32 keeps growing.
+        assert_eq!(t.len(), 6);
+        assert_eq!(choose_edge(std::slice::from_ref(&t), 16), 32);
+        assert_eq!(choose_unit(&t, 16), (16, None));
+    }
+
+    #[test]
+    fn large_chunks_need_a_real_gain() {
+        let t = vec![((8, 16), 100), ((8, 32), 80)];
+        assert_eq!(choose_edge(std::slice::from_ref(&t), 16), 16);
+        let t = vec![((8, 16), 100), ((8, 32), 70)];
+        assert_eq!(choose_edge(&[t], 16), 32);
+        // Summed over fields: one field's large gain is weighed against the others.
+        let a = vec![((8, 16), 100), ((8, 32), 10)];
+        let b = vec![((8, 16), 1000), ((8, 32), 1050)];
+        assert_eq!(choose_edge(&[a, b], 16), 16);
+    }
+
+    #[test]
+    fn shards_grow_with_density() {
+        let dense: BTreeSet<Vec<i64>> = (0..8).flat_map(|i| (0..8).map(move |j| vec![i, j])).collect();
+        assert!(shard_factor(&dense, 1, &[8, 8]) == 8);
+        let sparse: BTreeSet<Vec<i64>> = [vec![0, 0], vec![63, 63]].into_iter().collect();
+        assert_eq!(shard_factor(&sparse, 1, &[64, 64]), 1);
+        // Many fields make indexes large: shards stay small.
+        assert!(shard_factor(&dense, 400, &[8, 8]) <= 2);
+    }
+
+    #[test]
+    fn samples_are_runs_of_neighbours() {
+        assert_eq!(trial_sample(&[10; 5]), vec![0, 1, 2, 3, 4]);
+        let s = trial_sample(&vec![1 << 12; 1000]);
+        assert!(s.len() < 1000 && s.len() >= 8);
+        assert!(s.windows(2).filter(|w| w[1] != w[0] + 1).count() < TRIAL_RUNS);
+    }
+}

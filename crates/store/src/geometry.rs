@@ -1,0 +1,127 @@
+//! Which cells of a level are stored: those in one of its boxes that no box of the next level
+//! covers. Writers leave the others out; readers check every chunk they decode against it, so a
+//! chunk that went missing, moved, or no longer matches edited box positions or chunk shapes is
+//! an error naming it, never NaN or wrong values.
+
+use crate::metadata::SnapshotMeta;
+use amrzip_amr::boxes::for_each_cell;
+use amrzip_amr::{IBox, Tiling};
+use amrzip_codec::blockset::Block;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Box numbers by the chunk they touch, for one chunk shape.
+struct Buckets {
+    boxes: HashMap<Vec<i64>, Vec<u32>>,
+    covered: HashMap<Vec<i64>, Vec<u32>>,
+}
+
+pub struct LevelGeometry {
+    pub boxes: Vec<IBox>,
+    /// The cells the next level's boxes cover, in this level's index space.
+    pub covered: Vec<IBox>,
+    origin: Vec<i64>,
+    buckets: Mutex<HashMap<Vec<usize>, Arc<Buckets>>>,
+}
+
+fn bucket(list: &[IBox], origin: &[i64], chunk: &[usize]) -> HashMap<Vec<i64>, Vec<u32>> {
+    let mut map: HashMap<Vec<i64>, Vec<u32>> = HashMap::new();
+    for (i, b) in list.iter().enumerate() {
+        let span = IBox::new(
+            (0..b.ndim()).map(|d| (b.lo[d] - origin[d]).div_euclid(chunk[d] as i64)).collect(),
+            (0..b.ndim()).map(|d| (b.hi[d] - origin[d]).div_euclid(chunk[d] as i64)).collect(),
+        );
+        for_each_cell(&span, |c| map.entry(c.to_vec()).or_default().push(i as u32));
+    }
+    map
+}
+
+impl LevelGeometry {
+    pub fn of(meta: &SnapshotMeta, level: usize) -> LevelGeometry {
+        let lev = &meta.levels[level];
+        let covered = match meta.levels.get(level + 1) {
+            Some(fine) => fine.boxes.iter().map(|f| f.covered_by_fine(&lev.ref_ratio, &meta.node)).filter(|c| !c.is_empty()).collect(),
+            None => Vec::new(),
+        };
+        LevelGeometry { boxes: lev.boxes.clone(), covered, origin: lev.domain.lo.clone(), buckets: Mutex::new(HashMap::new()) }
+    }
+
+    fn buckets(&self, chunk: &[usize]) -> Arc<Buckets> {
+        let mut all = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        all.entry(chunk.to_vec())
+            .or_insert_with(|| {
+                Arc::new(Buckets { boxes: bucket(&self.boxes, &self.origin, chunk), covered: bucket(&self.covered, &self.origin, chunk) })
+            })
+            .clone()
+    }
+
+    /// The stored cells of chunk `index` (C order over the chunk's extent), or None where it
+    /// stores none.
+    pub fn chunk_mask(&self, tiling: &Tiling, index: &[i64]) -> Option<Vec<bool>> {
+        let buckets = self.buckets(&tiling.chunk);
+        let ids = buckets.boxes.get(index)?;
+        let lo: Vec<i64> = (0..index.len()).map(|d| tiling.origin[d] + index[d] * tiling.chunk[d] as i64).collect();
+        let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
+        let region = IBox::new(lo, hi);
+        let mut mask = vec![false; tiling.chunk.iter().product()];
+        let mut paint = |list: &[IBox], ids: &[u32], value: bool| {
+            for &i in ids {
+                if let Some(part) = list[i as usize].intersect(&region) {
+                    let nd = part.ndim();
+                    let row = (part.hi[nd - 1] - part.lo[nd - 1] + 1) as usize;
+                    let mut starts = part.clone();
+                    starts.hi[nd - 1] = part.lo[nd - 1];
+                    for_each_cell(&starts, |cell| {
+                        let o = region.offset_c(cell);
+                        mask[o..o + row].iter_mut().for_each(|m| *m = value);
+                    });
+                }
+            }
+        };
+        paint(&self.boxes, ids, true);
+        if let Some(ids) = buckets.covered.get(index) {
+            paint(&self.covered, ids, false);
+        }
+        mask.contains(&true).then_some(mask)
+    }
+
+    /// Checks decoded `blocks` of chunk `index` against the stored cells: the same unit blocks,
+    /// each with the same cells. Returns what differs.
+    pub fn check_blocks<T>(&self, tiling: &Tiling, index: &[i64], blocks: &[Block<T>]) -> Result<(), String> {
+        let mask = self.chunk_mask(tiling, index).unwrap_or_default();
+        let per = tiling.blocks_per_chunk();
+        let unit_cells: usize = tiling.unit.iter().product();
+        let mut expected: Vec<(u64, Vec<bool>)> = Vec::new();
+        if !mask.is_empty() {
+            let grid = IBox::new(vec![0; per.len()], per.iter().map(|&n| n as i64 - 1).collect());
+            let mut position = 0u64;
+            for_each_cell(&grid, |b| {
+                let mut cells = Vec::with_capacity(unit_cells);
+                let block = IBox::new(
+                    b.iter().zip(&tiling.unit).map(|(&i, &u)| i * u as i64).collect(),
+                    b.iter().zip(&tiling.unit).map(|(&i, &u)| (i + 1) * u as i64 - 1).collect(),
+                );
+                let chunk_box = IBox::new(vec![0; per.len()], tiling.chunk.iter().map(|&c| c as i64 - 1).collect());
+                for_each_cell(&block, |c| cells.push(mask[chunk_box.offset_c(c)]));
+                if cells.contains(&true) {
+                    expected.push((position, cells));
+                }
+                position += 1;
+            });
+        }
+        if expected.len() != blocks.len() {
+            return Err(format!("holds {} unit blocks where the boxes store cells in {}", blocks.len(), expected.len()));
+        }
+        for ((position, cells), b) in expected.iter().zip(blocks) {
+            let same = b.position == *position
+                && match &b.mask {
+                    None => cells.iter().all(|&c| c),
+                    Some(m) => m == cells,
+                };
+            if !same {
+                return Err(format!("unit block at position {} does not hold the cells the boxes store there", b.position));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,418 @@
+//! The store folder: its root document, the snapshots it holds, and how a snapshot is committed
+//! (docs/format.md section 15.5).
+//!
+//! The committed snapshots are exactly the files `<name>.zarr.zip` in the folder (and, in
+//! version-1 stores, the folders the root lists). No shared document is rewritten when a snapshot
+//! is added, so writers in other threads, processes, ranks or jobs cannot lose each other's
+//! snapshots: a writer builds `.writing-<name>-<tag>.zarr.zip` while holding a lock on it, syncs
+//! it, and hard-links it to its final name, which fails if the name is taken. A crash at any
+//! instant leaves committed snapshots untouched and at most one temporary file, which
+//! `amrzip check --repair` finishes (if complete) or removes once no writer holds its lock.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::layout::{self, FOLDER_STORE_VERSION, ROOT, STORE_VERSION, WRITING_PREFIX};
+use serde_json::{json, Value};
+use std::fs::{self, File, OpenOptions};
+use std::hash::{BuildHasher, RandomState};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+/// A random number for names and ids (std's hasher keys are seeded from the OS).
+pub fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    RandomState::new().hash_one((std::process::id(), SystemTime::now(), COUNTER.fetch_add(1, Ordering::Relaxed)))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotKind {
+    /// `<name>.zarr.zip`.
+    File,
+    /// A folder listed in a version-1 store's root.
+    Folder,
+}
+
+#[derive(Clone, Debug)]
+pub struct SnapshotEntry {
+    pub name: String,
+    pub kind: SnapshotKind,
+    pub path: PathBuf,
+}
+
+impl SnapshotEntry {
+    /// The snapshot at `path`: a snapshot file, or a version-1 snapshot folder.
+    pub fn at(path: &Path) -> Result<SnapshotEntry> {
+        let meta = fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
+        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (name, kind) = if meta.is_file() {
+            (layout::snapshot_of_file(&file_name).unwrap_or(&file_name).to_string(), SnapshotKind::File)
+        } else if meta.is_dir() {
+            (file_name, SnapshotKind::Folder)
+        } else {
+            return Err(Error::new(ErrorKind::Corrupt, format!("{}: not a snapshot file or folder", path.display())));
+        };
+        Ok(SnapshotEntry { name, kind, path: path.to_path_buf() })
+    }
+}
+
+pub struct Store {
+    path: PathBuf,
+    version: u64,
+    /// Version 1: the snapshot folders the root lists, oldest first.
+    folders: Vec<String>,
+}
+
+fn root_doc(version: u64, folders: &[String]) -> Value {
+    let mut meta = json!({ "store_version": version });
+    if version == FOLDER_STORE_VERSION {
+        meta["snapshots"] = json!(folders);
+    }
+    json!({"zarr_format": 3, "node_type": "group", "attributes": {"amrzip": meta}})
+}
+
+/// Writes `bytes` to a new file beside `target` and syncs it; returns its path.
+fn write_temp(target: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{:016x}.tmp", random_u64()));
+    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| Error::io(&tmp, e))?;
+    Ok(tmp)
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    // Directories cannot be opened for syncing everywhere (Windows); there the rename stands.
+    match File::open(dir) {
+        Ok(d) => d.sync_all().or_else(|e| if e.kind() == std::io::ErrorKind::PermissionDenied { Ok(()) } else { Err(e) }),
+        Err(_) => Ok(()),
+    }
+    .map_err(|e| Error::io(dir, e))
+}
+
+/// Links `from` to the new name `to` (fails if `to` exists), falling back to a rename after a
+/// check on file systems without hard links.
+fn link_new(from: &Path, to: &Path) -> std::io::Result<()> {
+    match fs::hard_link(from, to) {
+        Ok(()) => fs::remove_file(from).or(Ok(())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+        Err(_) if to.exists() => Err(std::io::ErrorKind::AlreadyExists.into()),
+        Err(_) => fs::rename(from, to),
+    }
+}
+
+/// Whether a name in the store folder is one of our temporary files.
+fn is_temporary(name: &str) -> bool {
+    name.starts_with(WRITING_PREFIX) || (name.starts_with(".zarr.json.") && name.ends_with(".tmp"))
+}
+
+impl Store {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Opens the store at `path`, which must exist.
+    pub fn open(path: &Path) -> Result<Store> {
+        if path.exists() && !path.is_dir() {
+            return Err(Error::new(ErrorKind::NotAStore, format!("{}: not an amrzip store (a file, not a folder)", path.display())));
+        }
+        let root = path.join(ROOT);
+        let bytes = match fs::read(&root) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let what = if path.is_dir() { "not an amrzip store (no zarr.json)" } else { "no such store" };
+                return Err(Error::new(ErrorKind::NotAStore, format!("{}: {what}", path.display())));
+            }
+            Err(e) => return Err(Error::io(&root, e)),
+        };
+        let bad = |what: &str| Error::new(ErrorKind::NotAStore, format!("{}: {what}", root.display()));
+        let doc: Value = serde_json::from_slice(&bytes).map_err(|e| bad(&format!("not readable JSON ({e})")))?;
+        let meta = doc.pointer("/attributes/amrzip").ok_or_else(|| bad("not an amrzip store (no attributes.amrzip)"))?;
+        let version = meta.get("store_version").and_then(Value::as_u64).ok_or_else(|| bad("no store_version"))?;
+        let folders = match version {
+            STORE_VERSION => Vec::new(),
+            FOLDER_STORE_VERSION => {
+                let list = meta.get("snapshots").and_then(Value::as_array).ok_or_else(|| bad("bad snapshot list"))?;
+                let names: Vec<String> =
+                    list.iter().map(|n| n.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(|| bad("bad snapshot list"))?;
+                for n in &names {
+                    layout::check_snapshot_name(n).map_err(|e| bad(&format!("snapshot list: {}", e.message)))?;
+                }
+                names
+            }
+            v => return Err(bad(&format!("store version {v}: this build reads versions {FOLDER_STORE_VERSION} and {STORE_VERSION}"))),
+        };
+        Ok(Store { path: path.to_path_buf(), version, folders })
+    }
+
+    /// Opens the store at `path`, creating it if there is none. Many writers may create one
+    /// store at once: the root document is linked into place, so the first wins and the others
+    /// open it.
+    pub fn open_or_create(path: &Path) -> Result<Store> {
+        match Store::open(path) {
+            Err(e) if e.kind == ErrorKind::NotAStore && path.is_dir() && !path.join(ROOT).exists() => {}
+            Err(e) if e.kind == ErrorKind::NotAStore && !path.exists() => {}
+            Err(e) if e.kind == ErrorKind::NotAStore && !path.is_dir() => {
+                return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())))
+            }
+            other => return other,
+        }
+        fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
+        let foreign = fs::read_dir(path)
+            .map_err(|e| Error::io(path, e))?
+            .filter_map(|e| e.ok())
+            .any(|e| !is_temporary(&e.file_name().to_string_lossy()) && e.file_name() != ROOT);
+        if foreign && !path.join(ROOT).exists() {
+            return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())));
+        }
+        let root = path.join(ROOT);
+        let doc = serde_json::to_vec(&root_doc(STORE_VERSION, &[])).expect("JSON");
+        let tmp = write_temp(&root, &doc)?;
+        let linked = fs::hard_link(&tmp, &root);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => sync_dir(path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            // Without hard links: only an absent root is replaced.
+            Err(_) if !root.exists() => fs::write(&root, &doc).map_err(|e| Error::io(&root, e))?,
+            Err(_) => {}
+        }
+        Store::open(path)
+    }
+
+    /// The committed snapshots, oldest first: a version-1 store's listed folders, then the
+    /// snapshot files in the order their writers finished them (modification time, then name).
+    pub fn snapshots(&self) -> Result<Vec<SnapshotEntry>> {
+        let mut out: Vec<SnapshotEntry> =
+            self.folders.iter().map(|n| SnapshotEntry { name: n.clone(), kind: SnapshotKind::Folder, path: self.path.join(n) }).collect();
+        let mut files = Vec::new();
+        for e in fs::read_dir(&self.path).map_err(|e| Error::io(&self.path, e))? {
+            let e = e.map_err(|e| Error::io(&self.path, e))?;
+            let file_name = e.file_name().to_string_lossy().into_owned();
+            let Some(name) = layout::snapshot_of_file(&file_name) else { continue };
+            // Symbolic links could lead out of the store: only regular files are snapshots.
+            let meta = e.metadata().map_err(|err| Error::io(&e.path(), err))?;
+            if !meta.file_type().is_file() {
+                continue;
+            }
+            files.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), name.to_string(), e.path()));
+        }
+        files.sort();
+        out.extend(files.into_iter().map(|(_, name, path)| SnapshotEntry { name, kind: SnapshotKind::File, path }));
+        Ok(out)
+    }
+
+    /// Snapshot `name`, or the latest committed one.
+    pub fn find(&self, name: Option<&str>) -> Result<SnapshotEntry> {
+        let all = self.snapshots()?;
+        let found = match name {
+            None => all.last(),
+            Some(n) => all.iter().rev().find(|s| s.name == n),
+        };
+        found.cloned().ok_or_else(|| match name {
+            None => Error::new(ErrorKind::Corrupt, format!("{}: the store holds no committed snapshot", self.path.display())),
+            Some(n) => {
+                let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+                Error::new(ErrorKind::NotFound, format!("{}: no snapshot {n:?} (snapshots: {})", self.path.display(), names.join(", ")))
+            }
+        })
+    }
+
+    /// Whether snapshot `name` exists in any form, listed or not (a version-1 folder renamed
+    /// into place by a writer that died before listing it counts: its name is taken).
+    pub fn exists(&self, name: &str) -> bool {
+        self.path.join(layout::snapshot_file(name)).exists() || self.path.join(name).exists()
+    }
+
+    /// Starts writing snapshot `name`: a locked temporary file in the store.
+    pub fn begin(&self, name: &str) -> Result<PendingSnapshot> {
+        layout::check_snapshot_name(name)?;
+        if self.exists(name) {
+            return Err(exists(&self.path, name));
+        }
+        let temp = self.path.join(format!("{WRITING_PREFIX}{name}-{:016x}{}", random_u64(), layout::SNAPSHOT_SUFFIX));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&temp, e))?;
+        file.try_lock().map_err(|e| Error::new(ErrorKind::Io, format!("{}: cannot lock ({e})", temp.display())))?;
+        Ok(PendingSnapshot { store: self.path.clone(), name: name.to_string(), temp, file: Some(file) })
+    }
+
+    /// Lists `name` in a version-1 store's root (repairing a folder a writer renamed into
+    /// place but died before listing).
+    pub(crate) fn list_folder(&mut self, name: &str) -> Result<()> {
+        self.folders.push(name.to_string());
+        let root = self.path.join(ROOT);
+        let doc = serde_json::to_vec(&root_doc(FOLDER_STORE_VERSION, &self.folders)).expect("JSON");
+        let tmp = write_temp(&root, &doc)?;
+        fs::rename(&tmp, &root).map_err(|e| Error::io(&root, e))?;
+        sync_dir(&self.path)
+    }
+
+    pub(crate) fn folders(&self) -> &[String] {
+        &self.folders
+    }
+}
+
+fn exists(store: &Path, name: &str) -> Error {
+    Error::new(
+        ErrorKind::Exists,
+        format!("{}: snapshot {name:?} already exists (snapshots are never overwritten)", store.join(name).display()),
+    )
+}
+
+/// A snapshot being written: a temporary file its writer holds locked. Dropped without
+/// [`PendingSnapshot::commit`], it is removed.
+pub struct PendingSnapshot {
+    store: PathBuf,
+    name: String,
+    temp: PathBuf,
+    file: Option<File>,
+}
+
+impl PendingSnapshot {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn temp_path(&self) -> &Path {
+        &self.temp
+    }
+
+    /// A handle on the temporary file to write through (the lock stays with this object).
+    pub fn file(&self) -> Result<File> {
+        self.file.as_ref().expect("open until committed").try_clone().map_err(|e| Error::io(&self.temp, e))
+    }
+
+    /// Syncs the written file and gives it its name: from then on the snapshot is committed.
+    pub fn commit(mut self) -> Result<PathBuf> {
+        let file = self.file.take().expect("committed once");
+        file.sync_all().map_err(|e| Error::io(&self.temp, e))?;
+        let target = self.store.join(layout::snapshot_file(&self.name));
+        // A version-1 store's writer may have taken the name as a folder meanwhile.
+        if self.store.join(&self.name).exists() {
+            self.file = Some(file);
+            return Err(exists(&self.store, &self.name));
+        }
+        match link_new(&self.temp, &target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                self.file = Some(file);
+                return Err(exists(&self.store, &self.name));
+            }
+            Err(e) => {
+                self.file = Some(file);
+                return Err(Error::io(&target, e));
+            }
+        }
+        sync_dir(&self.store)?;
+        drop(file);
+        Ok(target)
+    }
+}
+
+impl Drop for PendingSnapshot {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// A writer's temporary file found in the store, and whether its writer still holds it.
+#[derive(Clone, Debug)]
+pub struct Interrupted {
+    pub path: PathBuf,
+    pub snapshot: Option<String>,
+    pub in_progress: bool,
+}
+
+/// The temporary files and folders of writers in the store. A file whose lock can be taken
+/// belongs to a writer that is gone; folders (version-1 writers) carry no lock.
+pub fn interrupted(store: &Path) -> Result<Vec<Interrupted>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(store).map_err(|e| Error::io(store, e))? {
+        let e = e.map_err(|e| Error::io(store, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !is_temporary(&name) {
+            continue;
+        }
+        let path = e.path();
+        let in_progress = match File::open(&path) {
+            Ok(f) if path.is_file() => match f.try_lock() {
+                Ok(()) => false,
+                Err(std::fs::TryLockError::WouldBlock) => true,
+                Err(std::fs::TryLockError::Error(_)) => false,
+            },
+            _ => false,
+        };
+        out.push(Interrupted { snapshot: layout::snapshot_of_temp(&name).map(str::to_string), path, in_progress });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("amrzip-store-{tag}-{:x}", random_u64()));
+        let _ = fs::remove_dir_all(&p);
+        p
+    }
+
+    #[test]
+    fn many_threads_create_one_store_and_commit_without_losing_any() {
+        let path = tmp("concurrent");
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let path = &path;
+                s.spawn(move || {
+                    for r in 0..5 {
+                        let store = Store::open_or_create(path).unwrap();
+                        let w = store.begin(&format!("t{t}_r{r}")).unwrap();
+                        w.file().unwrap().write_all(b"data").unwrap();
+                        w.commit().unwrap();
+                    }
+                });
+            }
+        });
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.snapshots().unwrap().len(), 40);
+        assert!(interrupted(&path).unwrap().is_empty());
+        // A taken name is refused at the start and at commit.
+        assert_eq!(store.begin("t0_r0").err().unwrap().kind, ErrorKind::Exists);
+        let a = store.begin("late").unwrap();
+        let b = store.begin("late").unwrap();
+        a.commit().unwrap();
+        assert_eq!(b.commit().err().unwrap().kind, ErrorKind::Exists);
+        assert!(interrupted(&path).unwrap().is_empty());
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_folder_with_other_files_is_not_taken_over() {
+        let path = tmp("foreign");
+        fs::create_dir_all(&path).unwrap();
+        fs::write(path.join("notes.txt"), "mine").unwrap();
+        assert_eq!(Store::open_or_create(&path).err().unwrap().kind, ErrorKind::Exists);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_held_temporary_file_is_in_progress_until_dropped() {
+        let path = tmp("held");
+        let store = Store::open_or_create(&path).unwrap();
+        let w = store.begin("x").unwrap();
+        let found = interrupted(&path).unwrap();
+        assert_eq!(found.len(), 1);
+        assert!(found[0].in_progress);
+        assert_eq!(found[0].snapshot.as_deref(), Some("x"));
+        drop(w);
+        assert!(interrupted(&path).unwrap().is_empty());
+        fs::remove_dir_all(&path).unwrap();
+    }
+}
