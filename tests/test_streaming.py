@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -488,3 +489,52 @@ def test_dtype_changed_in_the_header(small):
     flipped = bytearray(data)
     flipped[5] ^= 1  # float32 <-> float64: every record then holds the other type
     assert_corrupt(bytes(flipped))
+
+
+# --- streams written by an earlier build ----------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def fixture_field(shape, dtype) -> np.ndarray:
+    """A field of exact arithmetic only (no sin or exp, whose last bits vary between numpy builds):
+    smooth, then a slab of pseudo-random noise (a change of character, so that records rebuild and
+    keep codebooks), with NaN and infinities."""
+    i = np.arange(math.prod(shape), dtype=np.uint64)
+    rows = (i // max(1, math.prod(shape[1:]))).astype(np.float64)
+    x = 0.01 * rows * rows - 0.003 * (i % 97).astype(np.float64) + 0.25 * (i % 7).astype(np.float64) * 0.01
+    noisy = (rows >= 8) & (rows < 12) if len(shape) > 1 else (i >= 400) & (i < 600)
+    x[noisy] += ((i[noisy] * np.uint64(2654435761)) % np.uint64(4093)).astype(np.float64) / 819.0
+    x[[5, 123, 777]] = [np.nan, np.inf, -np.inf]
+    return x.astype(dtype).reshape(shape)
+
+
+# (file, dtype, shape, chunk, pieces as row counts, settings): written with threads=1 by the pure
+# Python container of StreamCompressor before the container moved to Rust; any change to these
+# bytes is a change of the format (or of the encoder's choices, which then needs new fixtures).
+STREAM_FIXTURES = [
+    ("chunked_f32.amrzs", np.float32, (22, 10, 10), (4, 10, 10), [7, 0, 15], {"abs": 1e-2}),
+    ("chunked_f64_flat.amrzs", np.float64, (1000,), 128, [300, 1, 699], {"psnr": 50, "codebook": "rebuild"}),
+]
+
+
+def write_fixture(dtype, shape, chunk, pieces, settings) -> bytes:
+    x, start, parts = fixture_field(shape, dtype), 0, []
+    for n in pieces:
+        parts.append(x[start : start + n])
+        start += n
+    return compress(dtype, chunk, parts, threads=1, **settings)[0]
+
+
+@pytest.mark.parametrize("name, dtype, shape, chunk, pieces, settings", STREAM_FIXTURES, ids=lambda v: v if isinstance(v, str) else "")
+def test_streams_of_an_earlier_build(name, dtype, shape, chunk, pieces, settings):
+    data = (FIXTURES / name).read_bytes()
+    assert write_fixture(dtype, shape, chunk, pieces, settings) == data
+    y = StreamDecompressor(data).read_all()
+    x = fixture_field(shape, dtype)
+    assert y.dtype == dtype and y.shape == x.shape
+    recs = records(data)
+    assert len(recs) == math.ceil(shape[0] / (chunk if isinstance(chunk, int) else chunk[0]))
+    rows = chunk if isinstance(chunk, int) else chunk[0]
+    for k, record in enumerate(recs):
+        check(x[k * rows : (k + 1) * rows], y[k * rows : (k + 1) * rows], record, abs=amrzip.info(record)["abs_bound"])
