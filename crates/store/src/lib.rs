@@ -6,4 +6,6 @@
 //!   committed atomically by many writers at once and survive a crash at any instant
 //!   (`docs/format.md`, section 15).
 //! - The chunked-stream container (AMRS): one stream of records written chunk after chunk
-//!   (`docs/format.md`, section 13).
+//!   (`docs/format.md`, section 13), in [`chunked_stream`].
+
+pub mod chunked_stream;
