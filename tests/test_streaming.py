@@ -26,7 +26,7 @@ LENGTH = struct.Struct("<Q")
 
 def records(data: bytes) -> list[bytes]:
     """The records of a valid stream, each an amrzip stream that amrzip.info can describe."""
-    return [record for record, _ in StreamDecompressor(data)._records()]
+    return list(StreamDecompressor(data).records())
 
 
 def compress(dtype, chunk, pieces, **kwargs) -> tuple[bytes, dict]:
@@ -42,7 +42,7 @@ def check_stream(x: np.ndarray, data, rows: int, abs=None) -> np.ndarray:
     but the last full, and each record within abs= if given and within the bound it reports
     (the one a ratio= or psnr= stream chose), NaN/Inf bit for bit (roundtrip.check). Returns
     the whole decoded array."""
-    chunks, recs = list(StreamDecompressor(data)), [r for r, _ in StreamDecompressor(data)._records()]
+    chunks, recs = list(StreamDecompressor(data)), list(StreamDecompressor(data).records())
     assert len(chunks) == len(recs)
     start = 0
     for k, (y, record) in enumerate(zip(chunks, recs)):
@@ -280,6 +280,77 @@ def test_read_once():
     assert d.read_all().size == 10
     with pytest.raises(ValueError, match="once"):
         d.read_all()
+
+
+class FailingFile(io.RawIOBase):
+    """A file that fails with its own exception once `budget` bytes went through."""
+
+    def __init__(self, budget: int, data: bytes = b""):
+        self.budget, self._data = budget, io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def writable(self):
+        return True
+
+    def _spend(self, n):
+        self.budget -= n
+        if self.budget < 0:
+            raise RuntimeError("device gone")
+
+    def readinto(self, b):
+        self._spend(len(b))
+        return self._data.readinto(b)
+
+    def write(self, b):
+        self._spend(len(b))
+        return len(b)
+
+
+def test_python_file_errors_come_through():
+    x = smooth((40, 30), np.float32)
+    with pytest.raises(RuntimeError, match="device gone"):
+        with StreamCompressor(np.float32, (8, 30), abs=1e-3, output=FailingFile(500)) as c:
+            c.write(x)
+    data, _ = compress(np.float32, (8, 30), [x], abs=1e-3)
+    with pytest.raises(RuntimeError, match="device gone"):
+        StreamDecompressor(FailingFile(len(data) // 2, data)).read_all()
+
+
+def test_strided_writes():
+    x = smooth((30, 20, 24), np.float64)
+    view = x[:, :, ::2]
+    assert not view.flags.c_contiguous
+    data, _ = compress(np.float64, (7, 20, 12), [view[:11], view[11:]], abs=1e-4)
+    assert data == compress(np.float64, (7, 20, 12), [np.ascontiguousarray(view)], abs=1e-4)[0]
+
+
+def test_describe_and_declared_counts(tmp_path):
+    x = smooth_noise_smooth(np.float32)
+    data, stats = compress(np.float32, (5, 64, 64), [x], ratio=10)
+    path = tmp_path / "s.amrzs"
+    path.write_bytes(data)
+    assert StreamDecompressor(path).declared_counts() == (stats["records"], x.size)
+    d = StreamDecompressor(path).describe()
+    recs = records(data)
+    assert (d["format"], d["dtype"], d["shape"], d["chunk_shape"]) == ("chunked", "float32", list(x.shape), [5, 64, 64])
+    assert (d["records"], d["compressed_size"], d["original_size"]) == (len(recs), len(data), x.nbytes)
+    assert (d["mode"], d["bound_mode"], d["bound"]) == ("ratio", "ratio", 10)
+    assert d["codebooks"] == {"new": stats["rebuilt"], "kept": stats["kept"], "built-in": stats["offline"]}
+    bounds = [amrzip.info(r)["abs_bound"] for r in recs]
+    assert d["abs_bound_range"] == [min(bounds), max(bounds)]
+    assert sum(d["records_per_predictor"].values()) == len(recs)
+    for record, described in zip(recs, d["per_record"]):
+        offset = described.pop("offset")
+        assert data[offset : offset + len(record)] == record and described == amrzip.info(record)
+    reader = StreamDecompressor(data)
+    reader.describe()
+    for read in (reader.read_all, reader.describe, reader.declared_counts):
+        with pytest.raises(ValueError):
+            read()
+    with pytest.raises(OSError):
+        StreamDecompressor(Unseekable(data)).declared_counts()
 
 
 # --- argument errors ---------------------------------------------------------------------------
