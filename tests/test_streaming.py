@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ LENGTH = struct.Struct("<Q")
 
 def records(data: bytes) -> list[bytes]:
     """The records of a valid stream, each an amrzip stream that amrzip.info can describe."""
-    return [record for record, _ in StreamDecompressor(data)._records()]
+    return list(StreamDecompressor(data).records())
 
 
 def compress(dtype, chunk, pieces, **kwargs) -> tuple[bytes, dict]:
@@ -41,7 +42,7 @@ def check_stream(x: np.ndarray, data, rows: int, abs=None) -> np.ndarray:
     but the last full, and each record within abs= if given and within the bound it reports
     (the one a ratio= or psnr= stream chose), NaN/Inf bit for bit (roundtrip.check). Returns
     the whole decoded array."""
-    chunks, recs = list(StreamDecompressor(data)), [r for r, _ in StreamDecompressor(data)._records()]
+    chunks, recs = list(StreamDecompressor(data)), list(StreamDecompressor(data).records())
     assert len(chunks) == len(recs)
     start = 0
     for k, (y, record) in enumerate(zip(chunks, recs)):
@@ -281,6 +282,77 @@ def test_read_once():
         d.read_all()
 
 
+class FailingFile(io.RawIOBase):
+    """A file that fails with its own exception once `budget` bytes went through."""
+
+    def __init__(self, budget: int, data: bytes = b""):
+        self.budget, self._data = budget, io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def writable(self):
+        return True
+
+    def _spend(self, n):
+        self.budget -= n
+        if self.budget < 0:
+            raise RuntimeError("device gone")
+
+    def readinto(self, b):
+        self._spend(len(b))
+        return self._data.readinto(b)
+
+    def write(self, b):
+        self._spend(len(b))
+        return len(b)
+
+
+def test_python_file_errors_come_through():
+    x = smooth((40, 30), np.float32)
+    with pytest.raises(RuntimeError, match="device gone"):
+        with StreamCompressor(np.float32, (8, 30), abs=1e-3, output=FailingFile(500)) as c:
+            c.write(x)
+    data, _ = compress(np.float32, (8, 30), [x], abs=1e-3)
+    with pytest.raises(RuntimeError, match="device gone"):
+        StreamDecompressor(FailingFile(len(data) // 2, data)).read_all()
+
+
+def test_strided_writes():
+    x = smooth((30, 20, 24), np.float64)
+    view = x[:, :, ::2]
+    assert not view.flags.c_contiguous
+    data, _ = compress(np.float64, (7, 20, 12), [view[:11], view[11:]], abs=1e-4)
+    assert data == compress(np.float64, (7, 20, 12), [np.ascontiguousarray(view)], abs=1e-4)[0]
+
+
+def test_describe_and_declared_counts(tmp_path):
+    x = smooth_noise_smooth(np.float32)
+    data, stats = compress(np.float32, (5, 64, 64), [x], ratio=10)
+    path = tmp_path / "s.amrzs"
+    path.write_bytes(data)
+    assert StreamDecompressor(path).declared_counts() == (stats["records"], x.size)
+    d = StreamDecompressor(path).describe()
+    recs = records(data)
+    assert (d["format"], d["dtype"], d["shape"], d["chunk_shape"]) == ("chunked", "float32", list(x.shape), [5, 64, 64])
+    assert (d["records"], d["compressed_size"], d["original_size"]) == (len(recs), len(data), x.nbytes)
+    assert (d["mode"], d["bound_mode"], d["bound"]) == ("ratio", "ratio", 10)
+    assert d["codebooks"] == {"new": stats["rebuilt"], "kept": stats["kept"], "built-in": stats["offline"]}
+    bounds = [amrzip.info(r)["abs_bound"] for r in recs]
+    assert d["abs_bound_range"] == [min(bounds), max(bounds)]
+    assert sum(d["records_per_predictor"].values()) == len(recs)
+    for record, described in zip(recs, d["per_record"]):
+        offset = described.pop("offset")
+        assert data[offset : offset + len(record)] == record and described == amrzip.info(record)
+    reader = StreamDecompressor(data)
+    reader.describe()
+    for read in (reader.read_all, reader.describe, reader.declared_counts):
+        with pytest.raises(ValueError):
+            read()
+    with pytest.raises(OSError):
+        StreamDecompressor(Unseekable(data)).declared_counts()
+
+
 # --- argument errors ---------------------------------------------------------------------------
 
 
@@ -488,3 +560,52 @@ def test_dtype_changed_in_the_header(small):
     flipped = bytearray(data)
     flipped[5] ^= 1  # float32 <-> float64: every record then holds the other type
     assert_corrupt(bytes(flipped))
+
+
+# --- streams written by an earlier build ----------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def fixture_field(shape, dtype) -> np.ndarray:
+    """A field of exact arithmetic only (no sin or exp, whose last bits vary between numpy builds):
+    smooth, then a slab of pseudo-random noise (a change of character, so that records rebuild and
+    keep codebooks), with NaN and infinities."""
+    i = np.arange(math.prod(shape), dtype=np.uint64)
+    rows = (i // max(1, math.prod(shape[1:]))).astype(np.float64)
+    x = 0.01 * rows * rows - 0.003 * (i % 97).astype(np.float64) + 0.25 * (i % 7).astype(np.float64) * 0.01
+    noisy = (rows >= 8) & (rows < 12) if len(shape) > 1 else (i >= 400) & (i < 600)
+    x[noisy] += ((i[noisy] * np.uint64(2654435761)) % np.uint64(4093)).astype(np.float64) / 819.0
+    x[[5, 123, 777]] = [np.nan, np.inf, -np.inf]
+    return x.astype(dtype).reshape(shape)
+
+
+# (file, dtype, shape, chunk, pieces as row counts, settings): written with threads=1 by the pure
+# Python container of StreamCompressor before the container moved to Rust; any change to these
+# bytes is a change of the format (or of the encoder's choices, which then needs new fixtures).
+STREAM_FIXTURES = [
+    ("chunked_f32.amrzs", np.float32, (22, 10, 10), (4, 10, 10), [7, 0, 15], {"abs": 1e-2}),
+    ("chunked_f64_flat.amrzs", np.float64, (1000,), 128, [300, 1, 699], {"psnr": 50, "codebook": "rebuild"}),
+]
+
+
+def write_fixture(dtype, shape, chunk, pieces, settings) -> bytes:
+    x, start, parts = fixture_field(shape, dtype), 0, []
+    for n in pieces:
+        parts.append(x[start : start + n])
+        start += n
+    return compress(dtype, chunk, parts, threads=1, **settings)[0]
+
+
+@pytest.mark.parametrize("name, dtype, shape, chunk, pieces, settings", STREAM_FIXTURES, ids=lambda v: v if isinstance(v, str) else "")
+def test_streams_of_an_earlier_build(name, dtype, shape, chunk, pieces, settings):
+    data = (FIXTURES / name).read_bytes()
+    assert write_fixture(dtype, shape, chunk, pieces, settings) == data
+    y = StreamDecompressor(data).read_all()
+    x = fixture_field(shape, dtype)
+    assert y.dtype == dtype and y.shape == x.shape
+    recs = records(data)
+    assert len(recs) == math.ceil(shape[0] / (chunk if isinstance(chunk, int) else chunk[0]))
+    rows = chunk if isinstance(chunk, int) else chunk[0]
+    for k, record in enumerate(recs):
+        check(x[k * rows : (k + 1) * rows], y[k * rows : (k + 1) * rows], record, abs=amrzip.info(record)["abs_bound"])

@@ -11,14 +11,12 @@ Errors are reported as one ``amrzip: error: ...`` line on stderr.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
 import sys
 import time
 import warnings
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -216,63 +214,11 @@ def _chunked(path: Path) -> bool:
         return f.read(len(streaming.MAGIC)) == streaming.MAGIC
 
 
-def _describe_chunked(path: Path) -> tuple[dict, list[float]]:
-    """What `info` says of a chunked stream, from every record's header (read, not decoded:
-    this checks the container, the counts and the digest), and each record's absolute bound."""
-    reader = amrzip.StreamDecompressor(path)
-    first, bounds, predictors, codebooks = None, [], Counter(), Counter()
-    elements = 0
-    for _, d in reader._records():
-        if first is None:
-            first = d
-        bounds.append(d["abs_bound"])
-        predictors[d["predictor"]] += 1
-        kind = {"inline": "new", "previous record": "kept"}.get(d["codebook"], "built-in")
-        codebooks[kind] += 1
-        elements += math.prod(d["shape"])
-    rest = first["shape"][1:] if first else []
-    size = path.stat().st_size
-    original = elements * reader.dtype.itemsize
-    described = {
-        "format": "chunked",
-        "dtype": reader.dtype.name,
-        "shape": [elements // max(1, math.prod(rest)), *rest],
-        "records": len(bounds),
-        "chunk_shape": first["shape"] if first else [],
-        "mode": first["mode"] if first else None,
-        "bound_mode": first["bound_mode"] if first else None,
-        "bound": first["bound"] if first else None,
-        "abs_bound_range": [min(bounds), max(bounds)] if bounds else None,
-        "records_per_predictor": dict(predictors),
-        "codebooks": {k: codebooks[k] for k in ("new", "kept", "built-in")},
-        "compressed_size": size,
-        "original_size": original,
-        "ratio": original / size,
-    }
-    return described, bounds
-
-
 def _describe_chunked_bound(d: dict) -> str:
     if not d["records"]:
         return "-"
     lo, hi = d["abs_bound_range"]
     return _describe_bound({**d, "abs_bound": lo}, upper=hi)
-
-
-def _end_block(path: Path) -> tuple[int, int]:
-    """Records and elements from a chunked stream's end block, read before decoding it (for the
-    .npy header and the progress bar); the decoder checks them against the stream at its end."""
-    tail = streaming._LENGTH.size + streaming._END.size
-    with open(path, "rb") as f:
-        size = f.seek(0, io.SEEK_END)
-        if size < streaming._HEADER.size + tail:
-            raise amrzip.CorruptStreamError("too short to be a chunked amrzip stream")
-        f.seek(size - tail)
-        data = f.read(tail)
-    if streaming._LENGTH.unpack(data[: streaming._LENGTH.size]) != (0,):
-        raise amrzip.CorruptStreamError("no end block")
-    records, elements, _ = streaming._END.unpack(data[streaming._LENGTH.size :])
-    return records, elements
 
 
 def _corrupt(path: Path, error: Exception) -> click.ClickException:
@@ -410,7 +356,7 @@ def _compress_chunked(input_path, output, array, bounds, mode, threads, chunk_mb
         seconds = time.perf_counter() - start
     except ValueError as e:  # what the codec cannot take, such as an integer .npy
         raise click.UsageError(f"{input_path}: {e}") from None
-    described, record_bounds = _describe_chunked(output)
+    described = amrzip.StreamDecompressor(output).describe()
     size = described["compressed_size"]
     achieved = array.nbytes / size
     if ratio_target := bounds["ratio"]:
@@ -425,6 +371,7 @@ def _compress_chunked(input_path, output, array, bounds, mode, threads, chunk_mb
     elif bounds["abs"] is None and described["records"]:
         summary += f", bound {_describe_chunked_bound(described)}"
     if verify:
+        record_bounds = [record["abs_bound"] for record in described["per_record"]]
         summary += _verify_chunked(output, array, rows, record_bounds, bounds["psnr"], threads)
     click.echo(summary)
 
@@ -514,8 +461,8 @@ def _decompress_chunked(input_path: Path, output: Path, byteorder: str, threads)
     """Writes each chunk as it is decoded. A .npy header needs the final shape first: the count
     of elements comes from the end block, the other sides from the first chunk. The stream is
     checked in full only at its end; until then the output is a temporary file."""
-    _, elements = _end_block(input_path)
     reader = amrzip.StreamDecompressor(input_path, threads=threads)
+    _, elements = reader.declared_counts()
     stored = reader.dtype.newbyteorder(_arrayfile.BYTEORDERS[byteorder])
     shape = None
 
@@ -553,11 +500,11 @@ def info(input_path, as_json):
     """Describe the amrzip stream INPUT without decompressing it."""
     if _chunked(input_path):
         try:
-            i, _ = _describe_chunked(input_path)
+            i = amrzip.StreamDecompressor(input_path).describe()
         except amrzip.CorruptStreamError as e:
             raise _corrupt(input_path, e) from None
-        if as_json:
-            click.echo(json.dumps(i, indent=2))
+        if as_json:  # the stream as a whole: what each record says is for the library
+            click.echo(json.dumps({k: v for k, v in i.items() if k != "per_record"}, indent=2))
             return
         predictors = ", ".join(f"{name} ({_plural(n, 'record')})" for name, n in i["records_per_predictor"].items())
         _print_table([

@@ -4,37 +4,24 @@ one stream, and read it back chunk by chunk.
 The encoder keeps what it settled between chunks (the predictor chosen by sampling and the
 Huffman codebook) and rebuilds only when the data drifts (see ``docs/codec.md``). The container
 (``docs/format.md``, "Chunked streams") is a small header, one record per chunk (each an amrzip
-stream, whose codebook may be the one in force), and an end block with counts.
+stream, whose codebook may be the one in force), and an end block with counts and a digest. It
+is written and read in Rust (``amrzip_store::chunked_stream``), as for C programs; this module
+checks the arguments and hands numpy arrays and Python files to it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
-import struct
-from pathlib import Path
 
 import numpy as np
 
 from amrzip import _core
-from amrzip.codec import MODES, PREDICTORS, CorruptStreamError, _bound, _threads
+from amrzip.codec import MODES, PREDICTORS, _bound, _threads
 
-MAGIC = b"AMRS"
-VERSION = 1
-_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
-_HEADER = struct.Struct("<4sBB2x")
-_LENGTH = struct.Struct("<Q")
-# Records, elements, and a 4-byte BLAKE2b digest of every byte before it. A checksum of the counts
-# alone would accept records swapped, repeated or spliced in from another stream; and a CRC-32 over
-# the records would too, since each record ends in CRC-32s of its own parts, which makes its CRC-32
-# depend on its lengths only.
-_END = struct.Struct("<QQ4s")
+MAGIC = _core.CHUNKED_MAGIC
+VERSION = _core.CHUNKED_VERSION
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 POLICIES = ("adaptive", "rebuild", "interval")
-
-
-def _digest():
-    return hashlib.blake2b(digest_size=4)
 
 
 def _dtype(dtype) -> np.dtype:
@@ -116,45 +103,32 @@ class StreamCompressor:
         keep, rebuild = thresholds if thresholds is not None else _core.DEFAULT_THRESHOLDS
         if codebook == "interval" and (update_elements is None or int(update_elements) < 1):
             raise ValueError("codebook='interval' needs update_elements >= 1")
-        self._encoder = _core.StreamEncoder(
-            self.dtype.name, bound_mode, bound, mode, _threads(threads), predictor, codebook,
-            float(keep), float(rebuild), int(update_elements or 0),
-        )
-        self._owned = isinstance(output, (str, os.PathLike))
-        self._tmp = None
-        if self._owned:
+        path = file = None
+        if isinstance(output, (str, os.PathLike)):
             # Written beside the target and renamed at the end: a reader never sees half a stream.
-            self._path = Path(output)
-            self._tmp = self._path.with_name(self._path.name + ".part")
-            self._out = open(self._tmp, "wb")
+            path = os.fspath(output)
         else:
-            self._out = output if output is not None else io.BytesIO()
-        self._returns_bytes = output is None
-        self._pending: list[np.ndarray] = []
-        self._pending_rows = 0
-        self.records = 0
-        self.elements = 0
-        self.bytes_written = 0
+            file = output
+        self._writer = _core.ChunkedWriter(
+            self.dtype.name, self.chunk, bound_mode, bound, mode, _threads(threads), predictor, codebook,
+            float(keep), float(rebuild), int(update_elements or 0), path, file,
+        )
         self._closed = False
-        self._digest = _digest()
-        self._emit(_HEADER.pack(MAGIC, VERSION, _DTYPES[self.dtype]))
 
-    # Rows of a chunk along axis 0 (elements, for a flat sequence).
     @property
-    def _rows(self) -> int:
-        return self.chunk[0]
+    def records(self) -> int:
+        """Records written so far."""
+        return self._writer.records
 
-    def _emit(self, data: bytes):
-        self._out.write(data)
-        self._digest.update(data)
-        self.bytes_written += len(data)
+    @property
+    def elements(self) -> int:
+        """Elements compressed so far (those waiting for their chunk to fill not counted)."""
+        return self._writer.elements
 
-    def _encode(self, piece: np.ndarray):
-        record = self._encoder.encode(np.ascontiguousarray(piece))
-        self._emit(_LENGTH.pack(len(record)))
-        self._emit(record)
-        self.records += 1
-        self.elements += piece.size
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the stream written so far."""
+        return self._writer.bytes_written
 
     def write(self, array) -> None:
         """Append ``array`` to the stream; full chunks are compressed and written at once."""
@@ -164,52 +138,33 @@ class StreamCompressor:
         if arr.dtype.newbyteorder("=") != self.dtype:
             raise ValueError(f"this stream holds {self.dtype} values, got an array of {arr.dtype}")
         arr = arr.astype(self.dtype, copy=False)
-        if len(self.chunk) == 1:
-            arr = arr.reshape(-1)
-        elif arr.ndim != len(self.chunk) or arr.shape[1:] != self.chunk[1:]:
-            raise ValueError(f"expected an array of shape (any, {', '.join(map(str, self.chunk[1:]))}), got {arr.shape}")
-        while arr.shape[0]:
-            take = min(self._rows - self._pending_rows, arr.shape[0])
-            self._pending.append(arr[:take])
-            self._pending_rows += take
-            arr = arr[take:]
-            if self._pending_rows == self._rows:
-                self._flush()
-
-    def _flush(self):
-        if self._pending_rows:
-            piece = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
-            self._pending, self._pending_rows = [], 0
-            self._encode(piece)
+        if len(self.chunk) > 1 and not arr.flags.c_contiguous and arr.shape[1:] == self.chunk[1:]:
+            # A strided view is copied a chunk at a time, not all at once: memory stays within a
+            # few chunks whatever the size of the writes.
+            rows = self.chunk[0]
+            for start in range(0, arr.shape[0], rows):
+                self._writer.write(np.ascontiguousarray(arr[start : start + rows]))
+        else:
+            self._writer.write(np.ascontiguousarray(arr))
 
     def finish(self):
         """Compress what is left and close the stream. Returns the stream as bytes when no
         ``output`` was given, else None."""
         if self._closed:
             raise ValueError("finish() called twice")
-        self._flush()
         self._closed = True
-        self._emit(_LENGTH.pack(0) + struct.pack("<QQ", self.records, self.elements))
-        self._emit(self._digest.digest())
-        if self._owned:
-            self._out.close()
-            os.replace(self._tmp, self._path)
-        if self._returns_bytes:
-            return self._out.getvalue()
-        return None
+        return self._writer.finish()
 
     def stats(self) -> dict:
         """The encoder's choices so far: records, codebooks kept / rebuilt / built-in, predictor
         re-selections, elements and bytes out."""
-        return self._encoder.stats()
+        return self._writer.stats()
 
     def close(self):
         """Abandon an unfinished stream (a partial file is removed)."""
         if not self._closed:
             self._closed = True
-            if self._owned:
-                self._out.close()
-                self._tmp.unlink(missing_ok=True)
+            self._writer.abandon()
 
     def __enter__(self):
         return self
@@ -227,123 +182,56 @@ class StreamDecompressor:
     ``source`` is bytes, a path, or a binary file. Every length, count and checksum is checked;
     damage raises :class:`amrzip.CorruptStreamError`. The checksum covers the whole stream and
     is only known at its end, so a consumer of the chunks must not trust what it has written
-    until iteration finished without an error.
+    until iteration finished without an error. A stream is read once: by iterating, by
+    :meth:`read_all`, :meth:`records` or :meth:`describe`.
     """
 
     def __init__(self, source, *, threads=None):
+        threads = _threads(threads)
         if isinstance(source, (bytes, bytearray, memoryview)):
-            self._in = io.BytesIO(bytes(source))
-            self._owned = True
+            self._reader = _core.ChunkedReader.from_bytes(bytes(source), threads)
         elif isinstance(source, (str, os.PathLike)):
-            self._in = open(source, "rb")
-            self._owned = True
+            self._reader = _core.ChunkedReader.open(os.fspath(source), threads)
         else:
-            self._in, self._owned = source, False
-        self._digest = _digest()
-        self._started = False
-        try:
-            head = self._read_exact(_HEADER.size, "the header")
-            magic, version, dtype = _HEADER.unpack(head)
-            if magic != MAGIC or head[6:8] != b"\0\0":
-                raise CorruptStreamError("not a chunked amrzip stream (bad magic)")
-            if version != VERSION:
-                raise CorruptStreamError(f"unsupported chunked stream version {version} (this build reads {VERSION})")
-            names = {v: k for k, v in _DTYPES.items()}
-            if dtype not in names:
-                raise CorruptStreamError(f"unknown dtype code {dtype}")
-            self.dtype = names[dtype]
-            self._decoder = _core.StreamDecoder(self.dtype.name, _threads(threads))
-            self._end = self._size()
-        except BaseException:
-            self._close()
-            raise
-        self._done = False
+            self._reader = _core.ChunkedReader.from_file(source, threads)
+        self.dtype = np.dtype(self._reader.dtype)
 
-    def _size(self):
-        """Where the source ends, if it can tell (a pipe cannot): lengths past it are refused at
-        once rather than read up to the end first."""
-        try:
-            if not self._in.seekable():
-                return None
-            here = self._in.tell()
-            end = self._in.seek(0, io.SEEK_END)
-            self._in.seek(here)
-            return end
-        except (OSError, ValueError):
-            return None
-
-    def _close(self):
-        if self._owned:
-            self._in.close()
-
-    def _read_exact(self, n: int, what: str) -> bytes:
-        # In pieces: a damaged length must not make us allocate what the source lacks.
-        parts, left = [], n
-        while left:
-            part = self._in.read(min(left, 1 << 26))
-            if not part:
-                raise CorruptStreamError(f"chunked stream truncated in {what}")
-            parts.append(part)
-            left -= len(part)
-        data = b"".join(parts)
-        self._digest.update(data)
-        return data
-
-    def _records(self):
-        """Each record's bytes with its ``amrzip.info``, in order, checked as far as that goes
-        without decoding: lengths, dtype, shapes (all but the first side the same, so that the
-        records join along axis 0); after the last record, the counts and the digest."""
-        if self._started:
+    def _take(self):
+        """The reader, handed out once. Let go at the end of the reading (or at its first
+        error), it closes a file opened from a path."""
+        if self._reader is None:
             raise ValueError("a StreamDecompressor reads its stream once")
-        self._started = True
-        try:
-            records = elements = 0
-            first = None
-            while True:
-                (length,) = _LENGTH.unpack(self._read_exact(_LENGTH.size, "a record length"))
-                if length == 0:
-                    break
-                # Room for the record, the zero length and the end block.
-                if self._end is not None and length > self._end - self._in.tell() - _LENGTH.size - _END.size:
-                    raise CorruptStreamError(f"record {records} claims {length} bytes, more than the stream holds")
-                record = self._read_exact(length, f"record {records}")
-                described = _core.info(record)
-                shape = tuple(described["shape"])
-                if described["dtype"] != self.dtype.name:
-                    raise CorruptStreamError(f"record {records} holds {described['dtype']} values in a stream of {self.dtype}")
-                if first is not None and shape[1:] != first[1:]:
-                    raise CorruptStreamError(f"record {records} of shape {shape} does not join records of shape {first}")
-                if first is None:
-                    first = shape
-                records += 1
-                elements += described["original_size"] // self.dtype.itemsize
-                yield record, described
-            n_records, n_elements = struct.unpack("<QQ", self._read_exact(16, "the end block"))
-            expected = self._digest.digest()
-            if self._read_exact(4, "the end block") != expected:
-                raise CorruptStreamError("chunked stream checksum mismatch: records damaged, reordered or replaced")
-            if (n_records, n_elements) != (records, elements):
-                raise CorruptStreamError(
-                    f"end block does not match the stream: {records} records of {elements} elements read, "
-                    f"{n_records} of {n_elements} recorded"
-                )
-            if self._in.read(1):
-                raise CorruptStreamError("unexpected bytes after the end of the chunked stream")
-            self._done = True
-        finally:
-            self._close()
+        reader, self._reader = self._reader, None
+        return reader
+
+    def _each(self, step):
+        reader = self._take()
+        while (item := step(reader)) is not None:
+            yield item
 
     def __iter__(self):
-        for k, (record, described) in enumerate(self._records()):
-            try:
-                chunk = self._decoder.decode(record)
-            except CorruptStreamError:
-                raise
-            except ValueError as e:  # whatever the decoder calls it, the stream is what is wrong
-                raise CorruptStreamError(f"record {k}: {e}") from None
-            if list(chunk.shape) != described["shape"]:
-                raise CorruptStreamError(f"record {k} decodes to shape {chunk.shape}, not the {described['shape']} it declares")
-            yield chunk
+        return self._each(_core.ChunkedReader.next_chunk)
+
+    def records(self):
+        """Each record's bytes in order (an amrzip stream that :func:`amrzip.info` describes),
+        checked as far as that goes without decoding: lengths, dtype, shapes that join along
+        axis 0, a first record with its own codebook; after the last, the counts and digest."""
+        return self._each(_core.ChunkedReader.next_record)
+
+    def describe(self) -> dict:
+        """The stream's structure from every record's header, without decoding (the container,
+        the counts and the digest are checked): dtype, shape, records, chunk shape, bound, the
+        records per predictor and per kind of codebook, sizes, ratio, and ``per_record``: each
+        record's :func:`amrzip.info` with its ``offset`` in the stream."""
+        return self._take().describe()
+
+    def declared_counts(self) -> tuple[int, int]:
+        """The records and elements the end block declares, read from the end of a seekable
+        source before the stream is read (to size an output before decoding). They are checked
+        against the records only when the stream is read."""
+        if self._reader is None:
+            raise ValueError("declared_counts() is for a stream not read yet")
+        return self._reader.declared_counts()
 
     def read_all(self) -> np.ndarray:
         """All chunks joined along axis 0 (a flat sequence stays flat)."""

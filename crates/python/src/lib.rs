@@ -1,7 +1,7 @@
 //! The `amrzip._core` extension module: a thin layer from numpy arrays and bytes to the Rust
 //! codec. Argument checking that needs Python types lives in `python/amrzip/codec.py`.
 
-use amrzip_codec::{self as codec, CodebookSource, CodecError, Config, DType, Element, ErrorBound, PredictorKind, Preset};
+use amrzip_codec::{self as codec, CodebookSource, CodecError, Config, DType, Element, ErrorBound, PredictorKind, Preset, StreamInfo};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -143,7 +143,11 @@ fn decompress<'py>(py: Python<'py>, data: &[u8], threads: Option<usize>) -> PyRe
 /// info(data) -> dict
 #[pyfunction]
 fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
-    let i = codec::info(data).map_err(to_py)?;
+    info_dict(py, &codec::info(data).map_err(to_py)?)
+}
+
+/// What `info` says of a stream, also for each record of a chunked stream.
+pub(crate) fn info_dict<'py>(py: Python<'py>, i: &StreamInfo) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("dtype", i.dtype.name())?;
     d.set_item("shape", i.shape.clone())?;
@@ -196,7 +200,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
     store::register(m)?;
     m.add_class::<streaming::StreamEncoder>()?;
-    m.add_class::<streaming::StreamDecoder>()?;
+    m.add_class::<streaming::ChunkedWriter>()?;
+    m.add_class::<streaming::ChunkedReader>()?;
+    m.add("CHUNKED_MAGIC", PyBytes::new(m.py(), &amrzip_store::chunked_stream::MAGIC))?;
+    m.add("CHUNKED_VERSION", amrzip_store::chunked_stream::VERSION)?;
     m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;
     m.add_function(wrap_pyfunction!(streaming::_offline_codebook_set, m)?)?;
     m.add_function(wrap_pyfunction!(streaming::offline_codebooks, m)?)?;

@@ -6,7 +6,7 @@
 //!   committed atomically by many writers at once and survive a crash at any instant
 //!   (`docs/format.md`, section 15).
 //! - The chunked-stream container (AMRS): one stream of records written chunk after chunk
-//!   (`docs/format.md`, section 13).
+//!   (`docs/format.md`, section 13), in [`chunked_stream`].
 
 // Negated float comparisons are deliberate: they make NaN fail a check.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -14,6 +14,7 @@
 pub mod archive;
 pub mod array;
 pub mod check;
+pub mod chunked_stream;
 pub mod chunking;
 pub mod conservation;
 pub mod error;
