@@ -15,9 +15,36 @@ EXTENSION_INPUTS := pyproject.toml Cargo.toml $(wildcard Cargo.lock) \
 HDF5_PLUGIN := python/amrzip/hdf5/plugins/libh5zamrzip.so
 CARGO_TARGET_DIR ?= target
 
-.PHONY: setup demo test wheel clean
+# The C API (crates/capi): libamrzip.so and libamrzip.a, declared in include/amrzip.h (generated
+# by cbindgen, committed). `make install` puts them under PREFIX; `make setup` copies them into the
+# Python package too, where `amrzip config` finds them. docs/capi.md has the details.
+PREFIX ?= /usr/local
+CAPI_SO := $(CARGO_TARGET_DIR)/release/libamrzip.so
+CAPI_A := $(CARGO_TARGET_DIR)/release/libamrzip.a
+CAPI_PKG := python/amrzip/capi
+CAPI_PACKAGED := $(CAPI_PKG)/include/amrzip.h $(CAPI_PKG)/lib/libamrzip.so $(CAPI_PKG)/lib/libamrzip.a \
+	$(CAPI_PKG)/lib/pkgconfig/amrzip.pc
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml)
+# The cbindgen command line, pinned, built into .venv/ by `cargo install --locked` (its own
+# dependencies pinned by its lock file); only `make header` and the check in `make test` run it.
+CBINDGEN_VERSION := 0.29.4
+CBINDGEN := $(VENV)/.cbindgen-$(CBINDGEN_VERSION)
+CBINDGEN_RUN = $(BIN)/cbindgen --quiet --config crates/capi/cbindgen.toml crates/capi --output
+# The system libraries a program linking libamrzip.a needs: those of Rust's standard library, as
+# rustc lists them for any static library (the codec's dependencies add none; the static
+# example's link in `make examples` would fail if one did).
+STATIC_LIBS = $(shell d=$$(mktemp -d) && echo | rustc --crate-type staticlib --crate-name probe \
+	--print native-static-libs -o $$d/probe.a - 2>&1 | sed -n 's/^note: native-static-libs: //p'; rm -rf $$d)
+# amrzip.pc for the prefix $(1), with the extra link flags $(2).
+comma := ,
+pc_file = sed -e 's|@PREFIX@|$(1)|' -e 's|@RPATH@|$(2)|' -e 's|@VERSION@|$(VERSION)|' \
+	-e 's|@STATIC_LIBS@|$(STATIC_LIBS)|' crates/capi/amrzip.pc.in
+# The static archive without the debugging sections of Rust's standard library, a third of its size.
+strip_static = strip --strip-debug -o $(2) $(1)
 
-setup: $(VENV)/.extension-built $(HDF5_PLUGIN)
+.PHONY: setup demo test wheel clean capi header check-header install examples
+
+setup: $(VENV)/.extension-built $(HDF5_PLUGIN) $(CAPI_PACKAGED)
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
@@ -37,16 +64,87 @@ $(HDF5_PLUGIN): $(EXTENSION_INPUTS)
 	@mkdir -p $(@D)
 	cp $(CARGO_TARGET_DIR)/release/libh5zamrzip.so $@.tmp && mv -f $@.tmp $@
 
-# A wheel of the package with the extension and the HDF5 plugin inside, in dist/.
-wheel: $(VENV)/.tools-installed $(HDF5_PLUGIN)
+capi: $(CAPI_SO) $(CAPI_A)
+
+# One cargo run builds both. Touched because cargo leaves them as they are when nothing they are
+# made of changed, while any source of the workspace makes them look out of date here.
+$(CAPI_SO) $(CAPI_A) &: $(EXTENSION_INPUTS)
+	cargo build --release -p amrzip-capi
+	@touch $(CAPI_SO) $(CAPI_A)
+
+$(CBINDGEN): | $(BIN)/python
+	cargo install cbindgen --version =$(CBINDGEN_VERSION) --locked --root $(VENV)
+	@touch $@
+
+header: $(CBINDGEN)
+	$(CBINDGEN_RUN) include/amrzip.h
+
+# Into build/ and compared, not `cbindgen --verify`, which rewrites the header it finds stale.
+check-header: $(CBINDGEN)
+	@mkdir -p build
+	$(CBINDGEN_RUN) build/amrzip.h
+	@diff -u include/amrzip.h build/amrzip.h || \
+		{ echo "error: include/amrzip.h does not match crates/capi: run 'make header' and commit it" >&2; exit 1; }
+
+install: capi
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/amrzip.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(CAPI_SO) $(DESTDIR)$(PREFIX)/lib/
+	$(call strip_static,$(CAPI_A),$(DESTDIR)$(PREFIX)/lib/libamrzip.a)
+	$(call pc_file,$(PREFIX),) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/amrzip.pc
+
+$(CAPI_PKG)/include/amrzip.h: include/amrzip.h
+	@mkdir -p $(@D)
+	cp $< $@
+
+# Copied then renamed, like the HDF5 plugin.
+$(CAPI_PKG)/lib/libamrzip.so: $(CAPI_SO)
+	@mkdir -p $(@D)
+	cp $< $@.tmp && mv -f $@.tmp $@
+
+$(CAPI_PKG)/lib/libamrzip.a: $(CAPI_A)
+	@mkdir -p $(@D)
+	$(call strip_static,$<,$@)
+
+# Relocatable: the package's lib/ is wherever it is installed, and on no linker's search path.
+$(CAPI_PKG)/lib/pkgconfig/amrzip.pc: crates/capi/amrzip.pc.in Cargo.toml
+	@mkdir -p $(@D)
+	$(call pc_file,$${pcfiledir}/../..,-Wl$(comma)-rpath$(comma)$${libdir} ) > $@
+
+# The C examples, built as a user would: with `amrzip config`, and with pkg-config against an
+# installed copy (compiling compress.c as C++ there, which checks the header's extern "C").
+EXAMPLES := build/examples
+AMRZIP := $(BIN)/amrzip
+STRICT := -Wall -Wextra -Werror
+examples: setup
+	@mkdir -p $(EXAMPLES)
+	$(CC) $$($(AMRZIP) config --cflags) examples/c/compress.c $$($(AMRZIP) config --libs) -o $(EXAMPLES)/compress
+	$(EXAMPLES)/compress
+	$(CC) $(STRICT) -std=c99 -pedantic $$($(AMRZIP) config --cflags) examples/c/lossless.c \
+		$$($(AMRZIP) config --libs --static) -o $(EXAMPLES)/lossless
+	@! readelf -d $(EXAMPLES)/lossless | grep -q libamrzip || { echo "error: lossless needs libamrzip.so" >&2; exit 1; }
+	$(EXAMPLES)/lossless
+	@if command -v pkg-config >/dev/null && command -v $(CXX) >/dev/null; then \
+		set -ex; \
+		$(MAKE) --no-print-directory install PREFIX=$(abspath $(EXAMPLES)/prefix); \
+		export PKG_CONFIG_PATH=$(abspath $(EXAMPLES)/prefix)/lib/pkgconfig; \
+		$(CXX) $(STRICT) -x c++ examples/c/compress.c $$(pkg-config --cflags --libs amrzip) -o $(EXAMPLES)/compress-cxx; \
+		LD_LIBRARY_PATH=$(abspath $(EXAMPLES)/prefix)/lib $(EXAMPLES)/compress-cxx; \
+	else \
+		echo "warning: no pkg-config or $(CXX): skipped building an example against 'make install'" >&2; \
+	fi
+
+# A wheel of the package with the extension, the HDF5 plugin and the C API inside, in dist/.
+wheel: $(VENV)/.tools-installed $(HDF5_PLUGIN) $(CAPI_PACKAGED)
 	$(BIN)/maturin build --release -o dist
 
 demo: setup
 	$(BIN)/amrzip demo
 
-test: setup
+test: setup check-header examples
 	cargo test --release --workspace
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) target dist python/amrzip/_core*.so $(dir $(HDF5_PLUGIN))
+	rm -rf $(VENV) target dist build/examples build/amrzip.h python/amrzip/_core*.so $(dir $(HDF5_PLUGIN)) \
+		$(CAPI_PKG)/include $(CAPI_PKG)/lib

@@ -3,20 +3,10 @@
 //! reach the parsers behind the CRC32 checks.
 #![no_main]
 
+mod checksums;
+
 use amrzip_codec::{decompress, info};
 use libfuzzer_sys::fuzz_target;
-
-/// Offset of the header checksum: the fixed fields, 2 u64 per dimension, the codebook, the
-/// chunk count and 17 bytes per chunk entry (layout in `crates/codec/src/stream.rs`).
-fn header_end(s: &[u8]) -> Option<usize> {
-    let ndim = *s.get(6)? as usize;
-    let at = 32 + 16 * ndim;
-    let cb_len = u32::from_le_bytes(s.get(at..at + 4)?.try_into().ok()?) as usize;
-    let at = at.checked_add(4 + cb_len)?;
-    let n_chunks = usize::try_from(u64::from_le_bytes(s.get(at..at.checked_add(8)?)?.try_into().ok()?)).ok()?;
-    let end = at.checked_add(8)?.checked_add(n_chunks.checked_mul(17)?)?;
-    (end + 8 <= s.len()).then_some(end)
-}
 
 fn decode(s: &[u8]) {
     let meta = info(s);
@@ -32,13 +22,7 @@ fn decode(s: &[u8]) {
 
 fuzz_target!(|data: &[u8]| {
     decode(data);
-    if let Some(end) = header_end(data) {
-        let mut fixed = data.to_vec();
-        let len = fixed.len();
-        let crc = crc32fast::hash(&fixed[..end]);
-        fixed[end..end + 4].copy_from_slice(&crc.to_le_bytes());
-        let crc = crc32fast::hash(&fixed[end + 4..len - 4]);
-        fixed[len - 4..].copy_from_slice(&crc.to_le_bytes());
+    if let Some(fixed) = checksums::with_checksums_fixed(data) {
         decode(&fixed);
     }
 });

@@ -1,6 +1,7 @@
 """The ``amrzip`` command: compress, decompress and inspect arrays stored as raw binary or .npy;
 convert AMR snapshots (AMReX plotfiles, AMReX HDF5, Chombo HDF5) into a snapshot store, inspect
-the store and extract regions or whole snapshots from it.
+the store and extract regions or whole snapshots from it; print the flags that build C and C++
+programs against the amrzip C library (``amrzip config``).
 
 Exit status: 0 success, 1 bad data (corrupt stream or store, unreadable or truncated file,
 failed --verify, existing snapshot), 2 bad usage (options, missing input, file size not
@@ -36,7 +37,7 @@ from rich.progress import (
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, amr_demo, demo, streaming
+from amrzip import _arrayfile, amr_demo, capi, demo, streaming
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
@@ -964,6 +965,24 @@ def extract(store, snapshot, level, fields, region_text, covered, output, as_plo
         raise click.ClickException(str(e)) from None
     read = ds.bytes_read
     click.echo(f"{ds.path} -> {output}: {what}; read {_size(read)} from the store (the snapshot holds {_size(ds.stored_bytes)})")
+
+
+@cli.command("config")
+@click.option("--cflags", is_flag=True, help="Compiler flags: where amrzip.h is.")
+@click.option("--libs", is_flag=True, help="Linker flags for libamrzip.so, with an rpath to it.")
+@click.option("--static", is_flag=True, help="With --libs: libamrzip.a and the system libraries it needs instead.")
+@click.option("--pkg-config-path", "pc_path", is_flag=True, help="The folder holding amrzip.pc, for PKG_CONFIG_PATH.")
+def config_command(cflags, libs, static, pc_path):
+    """Print what building a C or C++ program against this installation's amrzip C library takes,
+    on one line, like pkg-config: cc $(amrzip config --cflags) prog.c $(amrzip config --libs)."""
+    if static and not libs:
+        raise click.UsageError("--static goes with --libs")
+    if not (cflags or libs or pc_path):
+        raise click.UsageError("give --cflags, --libs or --pkg-config-path")
+    words = capi.cflags() if cflags else []
+    words += capi.libs(static=static) if libs else []
+    words += [capi.pkg_config_path()] if pc_path else []
+    click.echo(" ".join(words))
 
 
 def _fail(message: str, status: int):
