@@ -111,8 +111,9 @@ $(CAPI_PKG)/lib/pkgconfig/amrzip.pc: crates/capi/amrzip.pc.in Cargo.toml
 	@mkdir -p $(@D)
 	$(call pc_file,$${pcfiledir}/../..,-Wl$(comma)-rpath$(comma)$${libdir} ) > $@
 
-# The C examples, built as a user would: with `amrzip config`, and with pkg-config against an
-# installed copy (compiling compress.c as C++ there, which checks the header's extern "C").
+# The C and C++ examples, built as a user would: with `amrzip config`, and with pkg-config against
+# an installed copy (compiling compress.c as C++ there, which checks the header's extern "C").
+# amr_writer writes a snapshot from memory and reads it back; read_snapshot reads it in C.
 EXAMPLES := build/examples
 AMRZIP := $(BIN)/amrzip
 STRICT := -Wall -Wextra -Werror
@@ -124,6 +125,13 @@ examples: setup
 		$$($(AMRZIP) config --libs --static) -o $(EXAMPLES)/lossless
 	@! readelf -d $(EXAMPLES)/lossless | grep -q libamrzip || { echo "error: lossless needs libamrzip.so" >&2; exit 1; }
 	$(EXAMPLES)/lossless
+	$(CXX) $(STRICT) -std=c++17 $$($(AMRZIP) config --cflags) examples/cpp/amr_writer.cpp $$($(AMRZIP) config --libs) -o $(EXAMPLES)/amr_writer
+	rm -rf $(EXAMPLES)/store
+	$(EXAMPLES)/amr_writer $(EXAMPLES)/store
+	$(CC) $(STRICT) -std=c99 -pedantic $$($(AMRZIP) config --cflags) examples/c/read_snapshot.c $$($(AMRZIP) config --libs) -lm \
+		-o $(EXAMPLES)/read_snapshot
+	$(EXAMPLES)/read_snapshot $(EXAMPLES)/store
+	$(AMRZIP) check $(EXAMPLES)/store
 	@if command -v pkg-config >/dev/null && command -v $(CXX) >/dev/null; then \
 		set -ex; \
 		$(MAKE) --no-print-directory install PREFIX=$(abspath $(EXAMPLES)/prefix); \

@@ -26,7 +26,7 @@ pub enum amrzip_dtype {
 pub struct DtypeCode(c_int);
 
 impl DtypeCode {
-    fn get(&self) -> Result<DType> {
+    pub(crate) fn get(&self) -> Result<DType> {
         match self.0 {
             c if c == amrzip_dtype::AMRZIP_F32 as c_int => Ok(DType::F32),
             c if c == amrzip_dtype::AMRZIP_F64 as c_int => Ok(DType::F64),
@@ -34,7 +34,7 @@ impl DtypeCode {
         }
     }
 
-    fn of(dtype: DType) -> DtypeCode {
+    pub(crate) fn of(dtype: DType) -> DtypeCode {
         DtypeCode(match dtype {
             DType::F32 => amrzip_dtype::AMRZIP_F32,
             DType::F64 => amrzip_dtype::AMRZIP_F64,

@@ -11,10 +11,18 @@ pub const AMRZIP_OK: c_int = 0;
 /// An argument is unusable: a NULL pointer, ndim outside 1..AMRZIP_MAX_NDIM, a shape whose size
 /// overflows, an unknown dtype, a negative or non-finite bound, a buffer size that does not match.
 pub const AMRZIP_ERR_INVALID: c_int = 1;
-/// The input is not a valid amrzip stream: truncated, damaged, or something else altogether.
+/// The input is not a valid amrzip stream, or a store or snapshot is damaged or is not one:
+/// truncated, damaged, or something else altogether.
 pub const AMRZIP_ERR_CORRUPT: c_int = 2;
 /// The library failed: out of memory for a result, or a bug (a panic, caught).
 pub const AMRZIP_ERR_INTERNAL: c_int = 3;
+/// A snapshot of that name exists already (snapshots are never overwritten), or the store's
+/// path is taken by something that is not a store.
+pub const AMRZIP_ERR_EXISTS: c_int = 4;
+/// No snapshot or field of that name.
+pub const AMRZIP_ERR_NOT_FOUND: c_int = 5;
+/// The operating system refused a file operation (permissions, a full disk...).
+pub const AMRZIP_ERR_IO: c_int = 6;
 
 /// Why a call failed: its status code and message.
 #[derive(Debug)]
@@ -44,6 +52,21 @@ impl From<CodecError> for Error {
             CodecError::Corrupt(_) => AMRZIP_ERR_CORRUPT,
         };
         Error { code, message: e.to_string() }
+    }
+}
+
+impl From<amrzip_store::Error> for Error {
+    fn from(e: amrzip_store::Error) -> Error {
+        use amrzip_store::ErrorKind::*;
+        let code = match e.kind {
+            Invalid => AMRZIP_ERR_INVALID,
+            Corrupt | NotAStore => AMRZIP_ERR_CORRUPT,
+            Exists => AMRZIP_ERR_EXISTS,
+            NotFound => AMRZIP_ERR_NOT_FOUND,
+            Io => AMRZIP_ERR_IO,
+            Interrupted => AMRZIP_ERR_INTERNAL,
+        };
+        Error { code, message: e.message }
     }
 }
 

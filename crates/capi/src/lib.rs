@@ -3,13 +3,14 @@
 //!
 //! Every entry point that can fail returns an `AMRZIP_*` status code and runs inside
 //! [`error::guard`], which turns errors and panics into that code and a thread-local message:
-//! nothing unwinds into C. Later groups of functions (the snapshot store's writers and readers,
-//! behind opaque handles) go into modules of their own beside `codec`, with the same guard,
-//! status codes, thread setting and buffer ownership.
+//! nothing unwinds into C. `codec` compresses whole arrays; `snapshot_writer` and
+//! `snapshot_reader` write and read snapshots of the AMR store behind opaque handles.
 
 pub mod codec;
 pub mod error;
 pub mod memory;
+pub mod snapshot_reader;
+pub mod snapshot_writer;
 pub mod threads;
 
 use std::ffi::c_char;
