@@ -138,24 +138,121 @@ pub fn stored_mask(b: &IBox, finer: &[IBox], ratio: &[i64], node: &[bool]) -> Op
     Some(mask)
 }
 
-/// Checks that level `L + 1` nests in level `L`: every fine box, coarsened, lies in the union
-/// of the coarse boxes. Returns the index of the first fine box that does not, with a coarse
-/// cell of it that no coarse box holds.
-pub fn first_unnested(coarse: &[IBox], finer: &[IBox], ratio: &[i64], node: &[bool]) -> Option<(usize, Vec<i64>)> {
-    finer.iter().enumerate().find_map(|(i, f)| {
-        // Node boxes end on the node past their last cell: nesting is judged on the cells.
-        let cells = IBox { lo: f.lo.clone(), hi: f.hi.iter().zip(node).map(|(&h, &n)| h - n as i64).collect() };
-        let cells = if cells.is_empty() { f.clone() } else { cells };
-        let mut rest = vec![cells.coarsen(ratio, &vec![false; node.len()])];
-        for c in coarse {
-            let c = IBox { lo: c.lo.clone(), hi: c.hi.iter().zip(node).map(|(&h, &n)| h - n as i64).collect() };
-            rest = rest.iter().flat_map(|r| r.subtract(&c)).collect();
-            if rest.is_empty() {
-                return None;
+/// The cells a box spans: a node box spans the cells between its nodes (a box one node thick
+/// keeps the cell above that node, so it still counts).
+fn cells_of(b: &IBox, node: &[bool]) -> IBox {
+    IBox::new(b.lo.clone(), b.hi.iter().zip(&b.lo).zip(node).map(|((&h, &l), &n)| l.max(h - n as i64)).collect())
+}
+
+/// Box numbers by the cells of a coarse grid they touch, to find the boxes that may meet a
+/// given one among thousands without trying them all. The grid's cell is the boxes' median
+/// extent, so a typical box lands in a few cells.
+struct BoxIndex<'a> {
+    boxes: &'a [IBox],
+    cell: Vec<i64>,
+    map: std::collections::HashMap<Vec<i64>, Vec<u32>>,
+    /// The grid cells any box touches (None: no box).
+    reach: Option<IBox>,
+}
+
+impl<'a> BoxIndex<'a> {
+    fn new(boxes: &'a [IBox]) -> BoxIndex<'a> {
+        let nd = boxes.first().map_or(0, IBox::ndim);
+        let cell: Vec<i64> = (0..nd)
+            .map(|d| {
+                let mut e: Vec<i64> = boxes.iter().map(|b| b.hi[d] - b.lo[d] + 1).collect();
+                e.sort_unstable();
+                e[e.len() / 2].max(1)
+            })
+            .collect();
+        let mut index = BoxIndex { boxes, cell, map: std::collections::HashMap::new(), reach: None };
+        for (i, b) in boxes.iter().enumerate() {
+            let span = index.span(b);
+            for_each_cell(&span, |c| index.map.entry(c.to_vec()).or_default().push(i as u32));
+            index.reach = Some(match index.reach.take() {
+                None => span,
+                Some(r) => IBox::new(
+                    r.lo.iter().zip(&span.lo).map(|(&a, &b)| a.min(b)).collect(),
+                    r.hi.iter().zip(&span.hi).map(|(&a, &b)| a.max(b)).collect(),
+                ),
+            });
+        }
+        index
+    }
+
+    fn span(&self, b: &IBox) -> IBox {
+        IBox::new(
+            b.lo.iter().zip(&self.cell).map(|(&l, &c)| l.div_euclid(c)).collect(),
+            b.hi.iter().zip(&self.cell).map(|(&h, &c)| h.div_euclid(c)).collect(),
+        )
+    }
+
+    /// The boxes that meet `b`, in increasing order.
+    fn meeting(&self, b: &IBox) -> Vec<usize> {
+        let mut out = Vec::new();
+        // Clipped to where boxes are, so that a huge query walks no empty grid cells.
+        let Some(span) = self.reach.as_ref().and_then(|r| self.span(b).intersect(r)) else { return out };
+        for_each_cell(&span, |c| {
+            if let Some(ids) = self.map.get(c) {
+                out.extend(ids.iter().map(|&i| i as usize).filter(|&i| self.boxes[i].intersect(b).is_some()));
+            }
+        });
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+fn fmt_box(b: &IBox) -> String {
+    let t = |v: &[i64]| {
+        if v.len() == 1 {
+            format!("({},)", v[0])
+        } else {
+            format!("({})", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", "))
+        }
+    };
+    format!("({}, {})", t(&b.lo), t(&b.hi))
+}
+
+/// Checks the boxes of a hierarchy's levels (`levels[L]`: the boxes and the refinement ratio to
+/// level L + 1, coarsest first): within a level the boxes share no cell (AMReX and Chombo write
+/// disjoint box arrays, and covered cells are counted box by box), and every box of level L + 1,
+/// coarsened, lies in the union of level L's boxes. Node boxes are judged on the cells between
+/// their nodes. Returns the first problem, described.
+pub fn check_nesting(levels: &[(&[IBox], &[i64])], node: &[bool]) -> Result<(), String> {
+    let cells: Vec<Vec<IBox>> = levels.iter().map(|(boxes, _)| boxes.iter().map(|b| cells_of(b, node)).collect()).collect();
+    let indexes: Vec<BoxIndex> = cells.iter().map(|c| BoxIndex::new(c)).collect();
+    for (l, (c, index)) in cells.iter().zip(&indexes).enumerate() {
+        for (i, b) in c.iter().enumerate() {
+            if let Some(&j) = index.meeting(b).iter().find(|&&j| j != i) {
+                let (a, z) = (i.min(j), i.max(j));
+                return Err(format!("boxes {a} {} and {z} {} of level {l} overlap", fmt_box(&levels[l].0[a]), fmt_box(&levels[l].0[z])));
             }
         }
-        rest.first().map(|r| (i, r.lo.clone()))
-    })
+    }
+    let cell_nodes = vec![false; node.len()];
+    for l in 0..levels.len().saturating_sub(1) {
+        let ratio = levels[l].1;
+        for (i, f) in cells[l + 1].iter().enumerate() {
+            let shrunk = f.coarsen(ratio, &cell_nodes);
+            // The coarse boxes are disjoint: the box is inside their union when the cells it
+            // shares with them add up to all of its cells.
+            let shared: u128 = indexes[l]
+                .meeting(&shrunk)
+                .iter()
+                .map(|&j| cells[l][j].intersect(&shrunk).map_or(0, |p| p.cells().unwrap_or(0) as u128))
+                .sum();
+            if shared < shrunk.cells().map_or(u128::MAX, |n| n as u128) {
+                return Err(format!(
+                    "level {} is not nested in level {l}: its box {i} {}, coarsened by {ratio:?} to {}, is not inside level {l}'s boxes",
+                    l + 1,
+                    fmt_box(&levels[l + 1].0[i]),
+                    fmt_box(&shrunk)
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Calls `f(cell)` for every cell of `b` in C order.
@@ -216,13 +313,26 @@ mod tests {
     #[test]
     fn nesting_is_judged_on_the_union_of_coarse_boxes() {
         let coarse = vec![b(&[0, 0], &[3, 7]), b(&[4, 0], &[7, 7])];
-        assert_eq!(first_unnested(&coarse, &[b(&[6, 2], &[9, 5])], &[2, 2], &[false, false]), None);
-        assert_eq!(
-            first_unnested(&coarse, &[b(&[0, 0], &[1, 1]), b(&[14, 14], &[17, 15])], &[2, 2], &[false, false]),
-            Some((1, vec![8, 7]))
-        );
-        // A node box reaches the node past its last cell: still nested.
-        assert_eq!(first_unnested(&[b(&[0, 0], &[4, 4])], &[b(&[0, 0], &[8, 8])], &[2, 2], &[true, true]), None);
+        let no = [false, false];
+        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&[b(&[6, 2], &[9, 5])], &[1, 1])], &no), Ok(()));
+        let e = check_nesting(&[(&coarse, &[2, 2]), (&[b(&[0, 0], &[1, 1]), b(&[14, 14], &[17, 15])], &[1, 1])], &no).unwrap_err();
+        assert!(e.contains("level 1 is not nested in level 0: its box 1 ((14, 14), (17, 15))"), "{e}");
+        // Node boxes reach the node past their last cell, and neighbours share face nodes.
+        let nodes = [true, true];
+        let coarse = vec![b(&[0, 0], &[4, 4]), b(&[4, 0], &[8, 4])];
+        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&[b(&[0, 0], &[16, 8])], &[1, 1])], &nodes), Ok(()));
+        let e = check_nesting(&[(&[b(&[0, 0], &[4, 4]), b(&[3, 0], &[8, 4])], &[1, 1])], &no).unwrap_err();
+        assert!(e.contains("boxes 0 ((0, 0), (4, 4)) and 1 ((3, 0), (8, 4)) of level 0 overlap"), "{e}");
+    }
+
+    #[test]
+    fn many_boxes_are_checked_through_the_index() {
+        // 40 x 40 unit boxes, nested by a level of 2 x 2 boxes under each, all but one.
+        let coarse: Vec<IBox> = (0..40).flat_map(|i| (0..40).map(move |j| b(&[2 * i, 2 * j], &[2 * i + 1, 2 * j + 1]))).collect();
+        let mut fine: Vec<IBox> = (0..80).flat_map(|i| (0..80).map(move |j| b(&[2 * i, 2 * j], &[2 * i + 1, 2 * j + 1]))).collect();
+        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&fine, &[1, 1])], &[false, false]), Ok(()));
+        fine.push(b(&[160, 0], &[161, 1]));
+        assert!(check_nesting(&[(&coarse, &[2, 2]), (&fine, &[1, 1])], &[false, false]).unwrap_err().contains("box 6400"));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! the same [`SnapshotMeta::validate`].
 
 use crate::error::{corrupt, Error, ErrorKind, Result};
-use amrzip_amr::boxes::first_unnested;
+use amrzip_amr::boxes::check_nesting;
 use amrzip_amr::IBox;
 use amrzip_codec::DType;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -144,7 +144,6 @@ impl SnapshotMeta {
         if self.levels.is_empty() {
             return fail("no levels".into());
         }
-        let nodes = self.node.clone();
         for (l, lev) in self.levels.iter().enumerate() {
             let fail = |what: String| Err(corrupt!("{where_} level {l}: {what}"));
             if lev.domain.ndim() != dim || lev.domain.is_empty() {
@@ -178,16 +177,9 @@ impl SnapshotMeta {
             if coarse.domain.refine(&coarse.ref_ratio, &vec![false; dim]) != fine.domain {
                 return fail(format!("level {}'s domain is not level {l}'s refined by {:?}", l + 1, coarse.ref_ratio));
             }
-            if let Some((i, cell)) = first_unnested(&coarse.boxes, &fine.boxes, &coarse.ref_ratio, &nodes) {
-                let b = &fine.boxes[i];
-                return fail(format!(
-                    "level {} does not nest in level {l}: its box {:?}..{:?} covers level-{l} cell {cell:?}, which no level-{l} box holds",
-                    l + 1,
-                    b.lo,
-                    b.hi
-                ));
-            }
         }
+        let levels: Vec<(&[IBox], &[i64])> = self.levels.iter().map(|l| (&l.boxes[..], &l.ref_ratio[..])).collect();
+        check_nesting(&levels, &self.node).map_err(|e| corrupt!("{where_}: {e}"))?;
         Ok(())
     }
 

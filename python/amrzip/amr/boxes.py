@@ -93,66 +93,16 @@ def num_cells(boxes: Sequence[Box]) -> int:
     return int(sum(np.prod(box_shape(b), dtype=np.int64) for b in boxes))
 
 
-def covered_pieces(box: Box, finer, ratio: Sequence[int], node=None) -> list[Box]:
-    """The parts of ``box`` that boxes of the next level cover, one per finer box touching it
-    (``finer``: a list of boxes, or their ``(n, 2, dim)`` integer array; refined by ``ratio``).
-    Along node dimensions a coarse node is covered where a fine node coincides with it."""
-    f = np.asarray(finer, dtype=np.int64)
-    if f.size == 0:
-        return []
-    # All finer boxes at once: a level can hold thousands, and this runs for every coarse box.
-    r = np.asarray(ratio, dtype=np.int64)
-    nd = np.asarray(_nodes(node, len(box[0])))
-    lo = np.where(nd, -np.floor_divide(-f[:, 0, :], r), np.floor_divide(f[:, 0, :], r))
-    hi = np.floor_divide(f[:, 1, :], r)
-    blo, bhi = np.asarray(box[0], dtype=np.int64), np.asarray(box[1], dtype=np.int64)
-    hit = np.all((lo <= bhi) & (hi >= blo) & (lo <= hi), axis=1)
-    return [(tuple(int(v) for v in l), tuple(int(v) for v in h)) for l, h in zip(np.maximum(lo[hit], blo), np.minimum(hi[hit], bhi))]
-
-
 def covered_mask(box: Box, finer, ratio: Sequence[int], node=None) -> np.ndarray:
     """True over the cells (or nodes) of ``box`` that a box of the next level (``finer``,
-    refined by ``ratio``) covers."""
-    mask = np.zeros(box_shape(box), dtype=bool)
-    for lo, hi in covered_pieces(box, finer, ratio, node):
-        mask[tuple(slice(a - b, c - b + 1) for a, c, b in zip(lo, hi, box[0]))] = True
-    return mask
+    refined by ``ratio``) covers: the cells the store leaves out (its own rule, in Rust). Along
+    node dimensions a coarse node is covered where a fine node coincides with it."""
+    from amrzip import _core
 
-
-def _cell_boxes(boxes, node, dim: int) -> np.ndarray:
-    """Boxes as an ``(n, 2, dim)`` array of the cells they span: a node box spans the cells
-    between its nodes (a box one node thick keeps the cell above that node, so it still counts)."""
-    a = np.asarray(boxes, dtype=np.int64).reshape(-1, 2, dim)
-    nd = np.asarray(_nodes(node, dim), dtype=np.int64)
-    return np.stack([a[:, 0], np.maximum(a[:, 1] - nd, a[:, 0])], axis=1)
-
-
-def _shared_cells(a: np.ndarray, b: np.ndarray, *, same: bool = False, rows: int = 64) -> np.ndarray:
-    """Per box of ``a``, the cells it shares with the boxes of ``b`` summed (both ``(n, 2, dim)``
-    cell boxes; a box is not counted against itself when ``same``). The boxes of ``a`` go in
-    small chunks of neighbours (sorted by their corner, x first), each against only the boxes
-    of ``b`` that meet the chunk's bounding box, found among those starting near it along x:
-    a level of many boxes costs far fewer than all pairs."""
-    out = np.zeros(len(a), dtype=np.int64)
-    if not len(a) or not len(b):
-        return out
-    by_x = np.argsort(b[:, 0, 0], kind="stable")
-    bx = b[by_x, 0, 0]
-    reach = int((b[:, 1, 0] - b[:, 0, 0]).max())  # no box of b starts further left than this
-    order = np.lexsort(a[:, 0, ::-1].T)
-    for s in range(0, len(a), rows):
-        idx = order[s : s + rows]
-        chunk = a[idx]
-        lo_c, hi_c = chunk[:, 0].min(axis=0), chunk[:, 1].max(axis=0)
-        cand = by_x[np.searchsorted(bx, lo_c[0] - reach) : np.searchsorted(bx, hi_c[0], side="right")]
-        near = cand[np.all((b[cand, 0] <= hi_c) & (b[cand, 1] >= lo_c), axis=1)]
-        lo = np.maximum(chunk[:, None, 0], b[None, near, 0])
-        hi = np.minimum(chunk[:, None, 1], b[None, near, 1])
-        n = np.prod(np.clip(hi - lo + 1, 0, None), axis=2)
-        if same:
-            n[idx[:, None] == near[None, :]] = 0
-        out[idx] = n.sum(axis=1)
-    return out
+    lo, hi = (list(c) for c in box)
+    finer = [(list(f[0]), list(f[1])) for f in np.asarray(finer, dtype=np.int64).reshape(-1, 2, len(lo))]
+    stored = _core.stored_mask(lo, hi, finer, [int(r) for r in ratio], list(_nodes(node, len(lo))))
+    return np.zeros(box_shape(box), dtype=bool) if stored is None else ~stored.reshape(box_shape(box))
 
 
 def check_nesting(levels, node, where: str) -> None:
@@ -162,34 +112,15 @@ def check_nesting(levels, node, where: str) -> None:
     checked through the cells between their nodes. The boxes of a level must not share cells
     (AMReX and Chombo write disjoint box arrays), which is also what lets the covered cells be
     counted box by box. Raises ``ValueError`` naming ``where``, the level and one offending box.
+    The rule is the store's own (``crates/amr/src/boxes.rs``), which checks every snapshot too.
     """
-    cells = []
-    for L, lev in enumerate(levels):
-        dim = len(lev.ref_ratios)
-        c = _cell_boxes(lev.boxes, node, dim)
-        shared = _shared_cells(c, c, same=True)
-        if shared.any():
-            i = int(np.flatnonzero(shared)[0])
-            hit = np.all(np.minimum(c[i, 1], c[:, 1]) >= np.maximum(c[i, 0], c[:, 0]), axis=1)
-            hit[i] = False
-            j = int(np.flatnonzero(hit)[0])
-            raise ValueError(f"{where}: boxes {i} {lev.boxes[i]} and {j} {lev.boxes[j]} of level {L} overlap")
-        cells.append(c)
-    for L in range(len(levels) - 1):
-        fine, coarse = cells[L + 1], cells[L]
-        if not len(fine):
-            continue
-        r = np.asarray(levels[L].ref_ratios, dtype=np.int64)
-        shrunk = np.floor_divide(fine, r)
-        need = np.prod(shrunk[:, 1] - shrunk[:, 0] + 1, axis=1)
-        short = np.flatnonzero(_shared_cells(shrunk, coarse) < need)
-        if len(short):
-            i = int(short[0])
-            raise ValueError(
-                f"{where}: level {L + 1} is not nested in level {L}: its box {i} {levels[L + 1].boxes[i]}, coarsened by "
-                f"{tuple(int(v) for v in r)} to {_as_tuple(shrunk[i])}, is not inside level {L}'s boxes"
-            )
+    from amrzip import _core
 
-
-def _as_tuple(box: np.ndarray) -> Box:
-    return tuple(int(v) for v in box[0]), tuple(int(v) for v in box[1])
+    levels = list(levels)
+    if not levels:
+        return
+    dim = len(levels[0].ref_ratios)
+    try:
+        _core.check_nesting([([(list(lo), list(hi)) for lo, hi in lev.boxes], list(lev.ref_ratios)) for lev in levels], list(_nodes(node, dim)))
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
