@@ -44,7 +44,7 @@ pub trait BoxSource {
 }
 
 /// Values already in memory: `[level][field][box]`.
-impl BoxSource for [Vec<Vec<BoxData<'_>>>] {
+impl BoxSource for Vec<Vec<Vec<BoxData<'_>>>> {
     fn with_boxes(&self, level: usize, field: usize, f: &mut dyn FnMut(&[BoxData]) -> Result<()>) -> Result<()> {
         let boxes = self.get(level).and_then(|l| l.get(field)).ok_or_else(|| invalid!("no data for level {level} field {field}"))?;
         f(boxes)
