@@ -332,8 +332,9 @@ fn on_pool<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + S
     amrzip_codec::run_with_threads(threads, || Ok(work()))?
 }
 
-/// Writes snapshot `name` into the store at `store` (created if absent), the values from `data`; `progress(level, field)` is called as each (level, field) starts, and an
-/// error it returns stops the write (nothing is committed).
+/// Writes snapshot `name` into the store at `store` (created if absent), the values from `data`.
+/// `progress(level, field)` is called as each (level, field)'s compression starts; an error it
+/// returns stops the write (nothing is committed).
 pub fn write_snapshot(
     store: &Path,
     name: &str,
@@ -436,7 +437,6 @@ pub fn write_snapshot(
         let mut trials = Vec::with_capacity(nf);
         if measured {
             for f in 0..nf {
-                progress(l, f)?;
                 with_views(l, f, &mut |v| {
                     trials.push(measure(f, v, &sample, &candidates)?);
                     Ok(())
@@ -446,9 +446,8 @@ pub fn write_snapshot(
         let edge = if measured { chunking::choose_edge(&trials, candidates[0].1) } else { candidates[0].1 };
         let mut coded = Vec::with_capacity(nf);
         for f in 0..nf {
-            if !measured {
-                progress(l, f)?;
-            }
+            // Reported as each field's compression starts: that is most of the work.
+            progress(l, f)?;
             with_views(l, f, &mut |views| {
                 let (mut unit, rival) = if measured { chunking::choose_unit(&trials[f], edge) } else { (candidates[0].0, None) };
                 // A sample tells units apart only to a few percent: a close call is settled on
