@@ -154,10 +154,15 @@ impl Store {
     /// open it.
     pub fn open_or_create(path: &Path) -> Result<Store> {
         match Store::open(path) {
-            Err(e) if e.kind == ErrorKind::NotAStore && path.is_dir() && !path.join(ROOT).exists() => {}
-            Err(e) if e.kind == ErrorKind::NotAStore && !path.exists() => {}
-            Err(e) if e.kind == ErrorKind::NotAStore && !path.is_dir() => {
-                return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())))
+            // Another writer linked the root in since it was read (or the root is not ours:
+            // the same error again).
+            Err(e) if e.kind == ErrorKind::NotAStore && path.join(ROOT).exists() => return Store::open(path),
+            // One look at the path: asked twice, a folder another writer creates in between
+            // would be neither absent nor (at the first look) a folder.
+            Err(e) if e.kind == ErrorKind::NotAStore => {
+                if fs::metadata(path).is_ok_and(|m| !m.is_dir()) {
+                    return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())));
+                }
             }
             other => return other,
         }
@@ -391,6 +396,30 @@ mod tests {
         assert_eq!(b.commit().err().unwrap().kind, ErrorKind::Exists);
         assert!(interrupted(&path).unwrap().is_empty());
         fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn threads_creating_one_store_at_the_same_instant_all_get_it() {
+        // A reader that finds no root while another writer links it in must not give up.
+        let base = tmp("create");
+        let barrier = std::sync::Barrier::new(8);
+        let failed = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for k in 0..2000 {
+                        barrier.wait();
+                        // Not unwrapped here: a panicking thread would leave the others at the barrier.
+                        if let Err(e) = Store::open_or_create(&base.join(k.to_string())) {
+                            failed.lock().unwrap().push(e.message);
+                        }
+                    }
+                });
+            }
+        });
+        let failed = failed.into_inner().unwrap();
+        assert!(failed.is_empty(), "{} of 16000 failed, first: {}", failed.len(), failed[0]);
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
