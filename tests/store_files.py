@@ -143,6 +143,19 @@ def chunk_position(chunk: bytes) -> int:
 # --- stores as users see them -----------------------------------------------------------------------
 
 
+def shared_file(name: str) -> Path:
+    """The real file ``name`` of the shared data ("amrex/<folder>" or "chombo/<file>"); the test
+    is skipped, saying why, where the shared data is absent."""
+    import pytest
+    from shared_data import AMREX, CHOMBO, REASON
+
+    kind, _, rest = name.partition("/")
+    base = AMREX if kind == "amrex" else CHOMBO
+    if base is None or not (base / rest).exists():
+        pytest.skip(REASON)
+    return base / rest
+
+
 def temporaries(store) -> list[str]:
     """What writers leave in ``store`` while at work: ``.writing-*`` files and folders, temporary roots."""
     store = Path(store)

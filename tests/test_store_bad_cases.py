@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import amrzip
+from amrzip.amr import Hierarchy
 from amrzip.store import StoreError
-from shared_data import AMREX, REASON
 from store_files import (
     chunk_position,
     decoded_digest,
@@ -30,20 +30,15 @@ from store_files import (
     rewrite_entry,
     seeded_hierarchy,
     shard_slots,
+    shared_file,
     snapshot_file,
     split_shard,
     temporaries,
 )
 from test_cli_amr import check_within_bound, error, run
+from test_store import LEGACY_STORE
 
-LEGACY_STORE = Path(__file__).parent / "fixtures" / "store_before_range_coding"
 BOUND = 1e-3
-
-
-def _real(name: str) -> Path:
-    if AMREX is None or not (AMREX / name).is_dir():
-        pytest.skip(REASON)
-    return AMREX / name
 
 
 @pytest.fixture(scope="module", params=["synthetic", "advection_2d_4levels"])
@@ -55,7 +50,7 @@ def pristine(request, tmp_path_factory) -> tuple[Path, object]:
         h = seeded_hierarchy(5, n=32)
         amrzip.write(h, store, abs=BOUND, snapshot="s", chunk=8)
     else:
-        h = amrzip.read(_real(request.param))
+        h = amrzip.read(shared_file(f"amrex/{request.param}"))
         amrzip.write(h, store, abs=BOUND, snapshot="s")
     return store, h
 
@@ -232,10 +227,8 @@ def test_an_edited_chunk_shape_is_an_error(capsys, store, edit):
 # --- box positions and domains replaced -----------------------------------------------------------
 
 
-def _moved(h, level: int, box: int, shift) -> amrzip.amr.Hierarchy:
-    """``h`` with one box of one level replaced (same shape, data of the same values)."""
-    from amrzip.amr import Hierarchy
-
+def _moved(h: Hierarchy, level: int, box: int, shift) -> Hierarchy:
+    """``h`` with one box of one level replaced by ``shift(lo, hi)`` (its data resized)."""
     levels = []
     for L, lev in enumerate(h.levels):
         boxes = list(lev.boxes)
@@ -454,7 +447,7 @@ def test_version_1_writing_folders_are_removed_by_repair(capsys, legacy):
 @pytest.mark.parametrize("unit", [3, 5, 6, 7, 12])
 @pytest.mark.parametrize("source", ["advection_2d_4levels", "warpx_single_level"])
 def test_convert_with_any_unit_round_trips(capsys, tmp_path, source, unit):
-    plotfile = _real(source)
+    plotfile = shared_file(f"amrex/{source}")
     store = tmp_path / "store"
     r = run(capsys, "convert", plotfile, store, "--rel", "1e-4", "--unit", unit, "--snapshot", f"u{unit}")
     assert r.status == 0, r.stderr

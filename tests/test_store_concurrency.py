@@ -9,15 +9,18 @@ really start writing (and creating the store) at the same instant."""
 from __future__ import annotations
 
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 import amrzip
 from shared_data import AMREX
-from store_files import seeded_hierarchy, temporaries
-from test_store import assert_round_trip
+from store_files import decoded_digest, seeded_hierarchy, temporaries
+from test_store import LEGACY_STORE, assert_round_trip
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -151,12 +154,17 @@ def _plotfile(tmp_path: Path) -> Path:
     return write_plotfile(synthetic.small("nyx"), tmp_path / "plt")
 
 
-def test_two_convert_runs_into_one_store(tmp_path):
+@pytest.mark.parametrize("kind", ["new", "version-1"])
+def test_two_convert_runs_into_one_store(tmp_path, kind):
     """The reported bug: two `amrzip convert` runs into one store, snapshots on disk but missing
-    from the listing. Four rounds of two runs at once, the store created by the first round."""
+    from the listing. Four rounds of two runs at once, into a store the first round creates, or
+    into a version-1 store (whose root lists its snapshot folders) that must keep its own."""
     source = _plotfile(tmp_path)
     store = tmp_path / "store"
-    committed = []
+    committed, before = [], {}
+    if kind == "version-1":
+        shutil.copytree(LEGACY_STORE, store)
+        before = {name: decoded_digest(store, name) for name in amrzip.store.snapshots(store)}
     for r in range(4):
         runs = [
             subprocess.Popen(
@@ -171,6 +179,10 @@ def test_two_convert_runs_into_one_store(tmp_path):
             assert f"{x}{r}.zarr.zip" in out
             committed.append(f"{x}{r}")
         # What each run reported is listed at once, whichever finished first.
-        assert sorted(amrzip.store.snapshots(store)) == sorted(committed)
+        assert sorted(amrzip.store.snapshots(store)) == sorted([*before, *committed])
+    # The version-1 store's own snapshots read as before.
+    assert {name: decoded_digest(store, name) for name in before} == before
     h = amrzip.read(source)
-    assert_store_sound(store, {name: h for name in committed})
+    for name in committed:
+        assert_round_trip(h, amrzip.open(store, snapshot=name))
+    assert amrzip.check(store)["ok"] and temporaries(store) == []

@@ -15,10 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import amrzip
-from shared_data import AMREX, CHOMBO, REASON
+from store_files import shared_file
 
 SOURCES = [
     "amrex/pelelmex_3d",
@@ -37,19 +35,11 @@ def _du(path: Path, *options: str) -> int:
     return int(subprocess.run(["du", "-s", "--block-size=1", *options, str(path)], check=True, capture_output=True, text=True).stdout.split()[0])
 
 
-def _source(name: str) -> Path:
-    kind, _, rest = name.partition("/")
-    base = AMREX if kind == "amrex" else CHOMBO
-    if base is None or not (base / rest).exists():
-        pytest.skip(REASON)
-    return base / rest
-
-
 def test_du_of_stores_of_real_files(tmp_path):
     block = os.statvfs(tmp_path).f_bsize
     rows = []
     for name in SOURCES:
-        source = _source(name)
+        source = shared_file(name)
         h = amrzip.read(source)
         for rel in BOUNDS:
             store = tmp_path / f"{source.name}-{rel:g}"
