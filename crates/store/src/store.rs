@@ -439,7 +439,7 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {
-                    for k in 0..2000 {
+                    for k in 0..500 {
                         barrier.wait();
                         // Not unwrapped here: a panicking thread would leave the others at the barrier.
                         if let Err(e) = Store::open_or_create(&base.join(k.to_string())) {
@@ -450,7 +450,7 @@ mod tests {
             }
         });
         let failed = failed.into_inner().unwrap();
-        assert!(failed.is_empty(), "{} of 16000 failed, first: {}", failed.len(), failed[0]);
+        assert!(failed.is_empty(), "{} of 4000 failed, first: {}", failed.len(), failed[0]);
         fs::remove_dir_all(&base).unwrap();
     }
 
@@ -476,7 +476,7 @@ mod tests {
                 .map(|t| {
                     let (store, failed) = (&store, &failed);
                     s.spawn(move || {
-                        for r in 0..500 {
+                        for r in 0..250 {
                             let done = store.begin(&format!("t{t}_r{r}")).and_then(|w| {
                                 w.file()?.write_all(b"data").map_err(|e| Error::io(w.temp_path(), e))?;
                                 w.commit()
@@ -494,8 +494,8 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
         });
         let failed = failed.into_inner().unwrap();
-        assert!(failed.is_empty(), "{} of 2000 writes failed beside {} repairs, first: {}", failed.len(), repairs.into_inner(), failed[0]);
-        assert_eq!(store.snapshots().unwrap().len(), 2000);
+        assert!(failed.is_empty(), "{} of 1000 writes failed beside {} repairs, first: {}", failed.len(), repairs.into_inner(), failed[0]);
+        assert_eq!(store.snapshots().unwrap().len(), 1000);
         assert!(interrupted(&path).unwrap().is_empty());
         fs::remove_dir_all(&path).unwrap();
     }
