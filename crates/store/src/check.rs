@@ -79,8 +79,13 @@ fn only_temporaries(path: &Path) -> bool {
 /// A temporary file or folder no writer holds: a snapshot file written whole gets its name (if
 /// still free), anything else is removed. Returns what was done.
 fn finish_or_remove(store: &Store, path: &Path, snapshot: Option<&str>) -> Result<String> {
+    // Another repair running beside this one may have removed it first.
+    let gone = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(crate::Error::io(path, e)),
+        _ => Ok(()),
+    };
     if path.is_dir() {
-        fs::remove_dir_all(path).map_err(|e| crate::Error::io(path, e))?;
+        gone(fs::remove_dir_all(path))?;
         return Ok("removed".into());
     }
     if let Some(name) = snapshot {
@@ -90,12 +95,12 @@ fn finish_or_remove(store: &Store, path: &Path, snapshot: Option<&str>) -> Resul
             let target = store.path().join(layout::snapshot_file(name));
             if fs::hard_link(path, &target).is_ok() {
                 sync_dir(store.path())?;
-                fs::remove_file(path).map_err(|e| crate::Error::io(path, e))?;
+                gone(fs::remove_file(path))?;
                 return Ok(format!("finished as snapshot {name}"));
             }
         }
     }
-    fs::remove_file(path).map_err(|e| crate::Error::io(path, e))?;
+    gone(fs::remove_file(path))?;
     Ok("removed".into())
 }
 

@@ -17,6 +17,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// A random number for names and ids (std's hasher keys are seeded from the OS).
@@ -101,6 +102,22 @@ fn link_new(from: &Path, to: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Whether `path` still names the open `file`.
+#[cfg(unix)]
+fn still_named(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// Elsewhere an open file cannot lose its name.
+#[cfg(not(unix))]
+fn still_named(_: &File, path: &Path) -> bool {
+    path.exists()
+}
+
 /// Whether a name in the store folder is one of our temporary files.
 fn is_temporary(name: &str) -> bool {
     name.starts_with(WRITING_PREFIX) || (name.starts_with(".zarr.json.") && name.ends_with(".tmp"))
@@ -154,10 +171,15 @@ impl Store {
     /// open it.
     pub fn open_or_create(path: &Path) -> Result<Store> {
         match Store::open(path) {
-            Err(e) if e.kind == ErrorKind::NotAStore && path.is_dir() && !path.join(ROOT).exists() => {}
-            Err(e) if e.kind == ErrorKind::NotAStore && !path.exists() => {}
-            Err(e) if e.kind == ErrorKind::NotAStore && !path.is_dir() => {
-                return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())))
+            // Another writer linked the root in since it was read (or the root is not ours:
+            // the same error again).
+            Err(e) if e.kind == ErrorKind::NotAStore && path.join(ROOT).exists() => return Store::open(path),
+            // One look at the path: asked twice, a folder another writer creates in between
+            // would be neither absent nor (at the first look) a folder.
+            Err(e) if e.kind == ErrorKind::NotAStore => {
+                if fs::metadata(path).is_ok_and(|m| !m.is_dir()) {
+                    return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())));
+                }
             }
             other => return other,
         }
@@ -234,10 +256,22 @@ impl Store {
         if self.exists(name) {
             return Err(exists(&self.path, name));
         }
-        let temp = self.path.join(format!("{WRITING_PREFIX}{name}-{:016x}{}", random_u64(), layout::SNAPSHOT_SUFFIX));
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&temp, e))?;
-        file.try_lock().map_err(|e| Error::new(ErrorKind::Io, format!("{}: cannot lock ({e})", temp.display())))?;
-        Ok(PendingSnapshot { store: self.path.clone(), name: name.to_string(), temp, file: Some(file) })
+        // Between creating the file and locking it, a repair running beside us may take it for
+        // a dead writer's: it locks it, removes it, then lets go. So the lock is waited for (a
+        // checker holds it only that long), and if the file lost its name meanwhile, the start
+        // is made again under another tag.
+        for _ in 0..64 {
+            let temp = self.path.join(format!("{WRITING_PREFIX}{name}-{:016x}{}", random_u64(), layout::SNAPSHOT_SUFFIX));
+            let file = OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&temp, e))?;
+            file.lock().map_err(|e| Error::new(ErrorKind::Io, format!("{}: cannot lock ({e})", temp.display())))?;
+            if still_named(&file, &temp) {
+                return Ok(PendingSnapshot { store: self.path.clone(), name: name.to_string(), temp, file: Some(file) });
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Io,
+            format!("{}: cannot start snapshot {name:?}: its temporary files keep being removed", self.path.display()),
+        ))
     }
 
     /// Lists `name` in a version-1 store's root (repairing a folder a writer renamed into
@@ -327,6 +361,9 @@ pub struct Interrupted {
     pub path: PathBuf,
     pub snapshot: Option<String>,
     pub in_progress: bool,
+    /// The lock taken on a file no writer holds, kept while this lives: a writer that has just
+    /// created the file waits for it, and finds the file gone if it was removed meanwhile.
+    _lock: Option<Arc<File>>,
 }
 
 /// The temporary files and folders of writers in the store. A file whose lock can be taken
@@ -340,15 +377,15 @@ pub fn interrupted(store: &Path) -> Result<Vec<Interrupted>> {
             continue;
         }
         let path = e.path();
-        let in_progress = match File::open(&path) {
+        let (in_progress, lock) = match File::open(&path) {
             Ok(f) if path.is_file() => match f.try_lock() {
-                Ok(()) => false,
-                Err(std::fs::TryLockError::WouldBlock) => true,
-                Err(std::fs::TryLockError::Error(_)) => false,
+                Ok(()) => (false, Some(Arc::new(f))),
+                Err(std::fs::TryLockError::WouldBlock) => (true, None),
+                Err(std::fs::TryLockError::Error(_)) => (false, None),
             },
-            _ => false,
+            _ => (false, None),
         };
-        out.push(Interrupted { snapshot: layout::snapshot_of_temp(&name).map(str::to_string), path, in_progress });
+        out.push(Interrupted { snapshot: layout::snapshot_of_temp(&name).map(str::to_string), path, in_progress, _lock: lock });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
@@ -389,6 +426,76 @@ mod tests {
         let b = store.begin("late").unwrap();
         a.commit().unwrap();
         assert_eq!(b.commit().err().unwrap().kind, ErrorKind::Exists);
+        assert!(interrupted(&path).unwrap().is_empty());
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn threads_creating_one_store_at_the_same_instant_all_get_it() {
+        // A reader that finds no root while another writer links it in must not give up.
+        let base = tmp("create");
+        let barrier = std::sync::Barrier::new(8);
+        let failed = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for k in 0..500 {
+                        barrier.wait();
+                        // Not unwrapped here: a panicking thread would leave the others at the barrier.
+                        if let Err(e) = Store::open_or_create(&base.join(k.to_string())) {
+                            failed.lock().unwrap().push(e.message);
+                        }
+                    }
+                });
+            }
+        });
+        let failed = failed.into_inner().unwrap();
+        assert!(failed.is_empty(), "{} of 4000 failed, first: {}", failed.len(), failed[0]);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_repair_beside_writers_never_takes_their_files() {
+        // `check --repair` removes temporary files no writer holds: one a writer has just
+        // created and not yet locked must not be lost to it (the writer would fail at commit).
+        let path = tmp("repair");
+        let store = Store::open_or_create(&path).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let repairs = AtomicU64::new(0);
+        let failed = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        crate::check::check(&path, true).unwrap();
+                        repairs.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            let writers: Vec<_> = (0..4)
+                .map(|t| {
+                    let (store, failed) = (&store, &failed);
+                    s.spawn(move || {
+                        for r in 0..250 {
+                            let done = store.begin(&format!("t{t}_r{r}")).and_then(|w| {
+                                w.file()?.write_all(b"data").map_err(|e| Error::io(w.temp_path(), e))?;
+                                w.commit()
+                            });
+                            if let Err(e) = done {
+                                failed.lock().unwrap().push(e.message);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for w in writers {
+                w.join().unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let failed = failed.into_inner().unwrap();
+        assert!(failed.is_empty(), "{} of 1000 writes failed beside {} repairs, first: {}", failed.len(), repairs.into_inner(), failed[0]);
+        assert_eq!(store.snapshots().unwrap().len(), 1000);
         assert!(interrupted(&path).unwrap().is_empty());
         fs::remove_dir_all(&path).unwrap();
     }
