@@ -193,15 +193,21 @@ impl Store {
         }
         let root = path.join(ROOT);
         let doc = serde_json::to_vec(&root_doc(STORE_VERSION, &[])).expect("JSON");
-        let tmp = write_temp(&root, &doc)?;
-        let linked = fs::hard_link(&tmp, &root);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => sync_dir(path)?,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            // Without hard links: only an absent root is replaced.
-            Err(_) if !root.exists() => fs::write(&root, &doc).map_err(|e| Error::io(&root, e))?,
-            Err(_) => {}
+        // A repair running meanwhile may take our temporary root for a dead writer's and remove
+        // it before it is linked: then it is written again.
+        for _ in 0..8 {
+            let tmp = write_temp(&root, &doc)?;
+            let linked = fs::hard_link(&tmp, &root);
+            let _ = fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => sync_dir(path)?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // Without hard links: only an absent root is replaced.
+                Err(_) if !root.exists() => fs::write(&root, &doc).map_err(|e| Error::io(&root, e))?,
+                Err(_) => {}
+            }
+            break;
         }
         Store::open(path)
     }
