@@ -430,6 +430,10 @@ def test_extract_other_errors(capsys, synthetic_store, tmp_path):
 
 
 def test_not_a_store(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("someone else's folder")
     for command in (["inspect"], ["extract", "--level", "0", "--field", "a", "-o", tmp_path / "x.npy"]):
         error(run(capsys, command[0], tmp_path, *command[1:]), 1, str(tmp_path), "not an amrzip store")
+        # An empty folder is a store with nothing in it yet.
+        error(run(capsys, command[0], tmp_path / "empty", *command[1:]), 1, "holds no committed snapshot")
         error(run(capsys, command[0], tmp_path / "missing", *command[1:]), 2, "does not exist")

@@ -5,7 +5,7 @@
 //! names what is wrong with them.
 
 use crate::array::group_attributes;
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::layout::{self, ROOT, WRITING_PREFIX};
 use crate::metadata::SnapshotMeta;
 use crate::reader::Snapshot;
@@ -18,11 +18,7 @@ use std::path::Path;
 /// "chunks" | "problem"}], "interrupted": [{"path", "snapshot", "in_progress", "action"}],
 /// "unlisted": [folder names], "ok"}`.
 pub fn check(path: &Path, repair: bool) -> Result<Value> {
-    let mut store = match Store::open(path) {
-        // A store whose creation was interrupted holds only temporary files: made whole.
-        Err(e) if e.kind == ErrorKind::NotAStore && repair && only_temporaries(path) => Store::open_or_create(path)?,
-        other => other?,
-    };
+    let mut store = Store::open(path)?;
     let mut actions = Vec::new();
     for t in interrupted(path)? {
         let name = t.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -65,15 +61,6 @@ pub fn check(path: &Path, repair: bool) -> Result<Value> {
         "unlisted": unlisted,
         "ok": ok && !pending,
     }))
-}
-
-fn only_temporaries(path: &Path) -> bool {
-    fs::read_dir(path).is_ok_and(|entries| {
-        entries.flatten().all(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with(WRITING_PREFIX) || (n.starts_with(".zarr.json.") && n.ends_with(".tmp"))
-        })
-    })
 }
 
 /// A temporary file or folder no writer holds: a snapshot file written whole gets its name (if

@@ -1,7 +1,6 @@
 //! Names of the store's files and of the entries inside a snapshot (docs/format.md section 15):
 //!
 //! ```text
-//! STORE/zarr.json                        Zarr v3 group: {"store_version": 2}
 //! STORE/<snapshot>.zarr.zip              one committed snapshot: a Zarr v3 hierarchy in a zip
 //! STORE/.writing-<snapshot>-<tag>.zarr.zip   a snapshot being written (locked by its writer)
 //!   zarr.json                            group: the snapshot's metadata
@@ -9,13 +8,16 @@
 //!   level_<L>/c/0/<i>/<j>/<k>            shard: every field's chunks of one region
 //! ```
 //!
-//! Version-1 stores hold snapshot folders instead, listed in the root (see `legacy`).
+//! A store is its folder: no document describes it, so adding a snapshot rewrites nothing.
+//! Version-1 stores hold snapshot folders instead, listed in a root `zarr.json`.
 
 use crate::error::{invalid, Result};
 
+/// Stores of snapshot files (no root document: the version is implied).
 pub const STORE_VERSION: u64 = 2;
 /// Stores whose root lists snapshot folders (written before snapshots were single files).
 pub const FOLDER_STORE_VERSION: u64 = 1;
+/// The Zarr metadata document of a snapshot (and of a version-1 store's root).
 pub const ROOT: &str = "zarr.json";
 pub const SNAPSHOT_SUFFIX: &str = ".zarr.zip";
 pub const WRITING_PREFIX: &str = ".writing-";

@@ -1,8 +1,9 @@
-//! The store folder: its root document, the snapshots it holds, and how a snapshot is committed
-//! (docs/format.md section 15.5).
+//! The store folder: the snapshots it holds, and how a snapshot is committed (docs/format.md
+//! section 15.5).
 //!
-//! The committed snapshots are exactly the files `<name>.zarr.zip` in the folder (and, in
-//! version-1 stores, the folders the root lists). No shared document is rewritten when a snapshot
+//! A store is a folder of snapshot files and nothing else (version-1 stores also have a root
+//! document listing their snapshot folders). The committed snapshots are exactly the files
+//! `<name>.zarr.zip` in the folder (and the folders a version-1 root lists). No shared document is rewritten when a snapshot
 //! is added, so writers in other threads, processes, ranks or jobs cannot lose each other's
 //! snapshots: a writer builds `.writing-<name>-<tag>.zarr.zip` while holding a lock on it, syncs
 //! it, and hard-links it to its final name, which fails if the name is taken. A crash at any
@@ -64,12 +65,9 @@ pub struct Store {
     folders: Vec<String>,
 }
 
-fn root_doc(version: u64, folders: &[String]) -> Value {
-    let mut meta = json!({ "store_version": version });
-    if version == FOLDER_STORE_VERSION {
-        meta["snapshots"] = json!(folders);
-    }
-    json!({"zarr_format": 3, "node_type": "group", "attributes": {"amrzip": meta}})
+/// A version-1 store's root document, listing its snapshot folders.
+fn folder_root_doc(folders: &[String]) -> Value {
+    json!({"zarr_format": 3, "node_type": "group", "attributes": {"amrzip": {"store_version": FOLDER_STORE_VERSION, "snapshots": folders}}})
 }
 
 /// Writes `bytes` to a new file beside `target` and syncs it; returns its path.
@@ -118,7 +116,8 @@ fn still_named(_: &File, path: &Path) -> bool {
     path.exists()
 }
 
-/// Whether a name in the store folder is one of our temporary files.
+/// Whether a name in the store folder is one of our temporary files (a snapshot being written,
+/// or a version-1 root being rewritten by a repair).
 fn is_temporary(name: &str) -> bool {
     name.starts_with(WRITING_PREFIX) || (name.starts_with(".zarr.json.") && name.ends_with(".tmp"))
 }
@@ -132,17 +131,29 @@ impl Store {
         self.version
     }
 
-    /// Opens the store at `path`, which must exist.
+    /// Opens the store at `path`, which must exist: a folder of snapshot files (or empty, or
+    /// holding only writers' temporary files), or a version-1 store with its root document.
     pub fn open(path: &Path) -> Result<Store> {
-        if path.exists() && !path.is_dir() {
-            return Err(Error::new(ErrorKind::NotAStore, format!("{}: not an amrzip store (a file, not a folder)", path.display())));
+        let not_a_store = |what: &str| Error::new(ErrorKind::NotAStore, format!("{}: {what}", path.display()));
+        match fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_a_store("no such store")),
+            Err(e) => return Err(Error::io(path, e)),
+            Ok(m) if !m.is_dir() => return Err(not_a_store("not an amrzip store (a file, not a folder)")),
+            Ok(_) => {}
         }
         let root = path.join(ROOT);
         let bytes = match fs::read(&root) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let what = if path.is_dir() { "not an amrzip store (no zarr.json)" } else { "no such store" };
-                return Err(Error::new(ErrorKind::NotAStore, format!("{}: {what}", path.display())));
+                // Anything but snapshots and writers' temporary files: someone else's folder.
+                let foreign = fs::read_dir(path).map_err(|e| Error::io(path, e))?.filter_map(|e| e.ok()).any(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    layout::snapshot_of_file(&name).is_none() && !is_temporary(&name)
+                });
+                if foreign {
+                    return Err(not_a_store("not an amrzip store (it holds files that are not snapshots, and no version-1 zarr.json)"));
+                }
+                return Ok(Store { path: path.to_path_buf(), version: STORE_VERSION, folders: Vec::new() });
             }
             Err(e) => return Err(Error::io(&root, e)),
         };
@@ -150,66 +161,28 @@ impl Store {
         let doc: Value = serde_json::from_slice(&bytes).map_err(|e| bad(&format!("not readable JSON ({e})")))?;
         let meta = doc.pointer("/attributes/amrzip").ok_or_else(|| bad("not an amrzip store (no attributes.amrzip)"))?;
         let version = meta.get("store_version").and_then(Value::as_u64).ok_or_else(|| bad("no store_version"))?;
-        let folders = match version {
-            STORE_VERSION => Vec::new(),
-            FOLDER_STORE_VERSION => {
-                let list = meta.get("snapshots").and_then(Value::as_array).ok_or_else(|| bad("bad snapshot list"))?;
-                let names: Vec<String> =
-                    list.iter().map(|n| n.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(|| bad("bad snapshot list"))?;
-                for n in &names {
-                    layout::check_snapshot_name(n).map_err(|e| bad(&format!("snapshot list: {}", e.message)))?;
-                }
-                names
-            }
-            v => return Err(bad(&format!("store version {v}: this build reads versions {FOLDER_STORE_VERSION} and {STORE_VERSION}"))),
-        };
+        if version != FOLDER_STORE_VERSION {
+            return Err(bad(&format!("store version {version}: a store of version {STORE_VERSION} has no zarr.json, version {FOLDER_STORE_VERSION} is read")));
+        }
+        let list = meta.get("snapshots").and_then(Value::as_array).ok_or_else(|| bad("bad snapshot list"))?;
+        let folders: Vec<String> =
+            list.iter().map(|n| n.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(|| bad("bad snapshot list"))?;
+        for n in &folders {
+            layout::check_snapshot_name(n).map_err(|e| bad(&format!("snapshot list: {}", e.message)))?;
+        }
         Ok(Store { path: path.to_path_buf(), version, folders })
     }
 
-    /// Opens the store at `path`, creating it if there is none. Many writers may create one
-    /// store at once: the root document is linked into place, so the first wins and the others
-    /// open it.
+    /// Opens the store at `path`, creating its folder if there is none. Writers creating one
+    /// store at once all succeed: there is nothing to create but the folder.
     pub fn open_or_create(path: &Path) -> Result<Store> {
-        match Store::open(path) {
-            // Another writer linked the root in since it was read (or the root is not ours:
-            // the same error again).
-            Err(e) if e.kind == ErrorKind::NotAStore && path.join(ROOT).exists() => return Store::open(path),
-            // One look at the path: asked twice, a folder another writer creates in between
-            // would be neither absent nor (at the first look) a folder.
-            Err(e) if e.kind == ErrorKind::NotAStore => {
-                if fs::metadata(path).is_ok_and(|m| !m.is_dir()) {
-                    return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())));
-                }
-            }
-            other => return other,
+        if !path.exists() {
+            fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
         }
-        fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
-        let foreign = fs::read_dir(path)
-            .map_err(|e| Error::io(path, e))?
-            .filter_map(|e| e.ok())
-            .any(|e| !is_temporary(&e.file_name().to_string_lossy()) && e.file_name() != ROOT);
-        if foreign && !path.join(ROOT).exists() {
-            return Err(Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())));
-        }
-        let root = path.join(ROOT);
-        let doc = serde_json::to_vec(&root_doc(STORE_VERSION, &[])).expect("JSON");
-        // A repair running meanwhile may take our temporary root for a dead writer's and remove
-        // it before it is linked: then it is written again.
-        for _ in 0..8 {
-            let tmp = write_temp(&root, &doc)?;
-            let linked = fs::hard_link(&tmp, &root);
-            let _ = fs::remove_file(&tmp);
-            match linked {
-                Ok(()) => sync_dir(path)?,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                // Without hard links: only an absent root is replaced.
-                Err(_) if !root.exists() => fs::write(&root, &doc).map_err(|e| Error::io(&root, e))?,
-                Err(_) => {}
-            }
-            break;
-        }
-        Store::open(path)
+        Store::open(path).map_err(|e| match e.kind {
+            ErrorKind::NotAStore => Error::new(ErrorKind::Exists, format!("{} exists and is not an amrzip store", path.display())),
+            _ => e,
+        })
     }
 
     /// The committed snapshots, oldest first: a version-1 store's listed folders, then the
@@ -285,7 +258,7 @@ impl Store {
     pub(crate) fn list_folder(&mut self, name: &str) -> Result<()> {
         self.folders.push(name.to_string());
         let root = self.path.join(ROOT);
-        let doc = serde_json::to_vec(&root_doc(FOLDER_STORE_VERSION, &self.folders)).expect("JSON");
+        let doc = serde_json::to_vec(&folder_root_doc(&self.folders)).expect("JSON");
         let tmp = write_temp(&root, &doc)?;
         fs::rename(&tmp, &root).map_err(|e| Error::io(&root, e))?;
         sync_dir(&self.path)
