@@ -146,8 +146,14 @@ pub fn first_unnested(coarse: &[IBox], finer: &[IBox], ratio: &[i64], node: &[bo
         // Node boxes end on the node past their last cell: nesting is judged on the cells.
         let cells = IBox { lo: f.lo.clone(), hi: f.hi.iter().zip(node).map(|(&h, &n)| h - n as i64).collect() };
         let cells = if cells.is_empty() { f.clone() } else { cells };
-        let mut rest = vec![cells.coarsen(ratio, &vec![false; node.len()])];
+        let target = cells.coarsen(ratio, &vec![false; node.len()]);
+        let mut rest = vec![target.clone()];
         for c in coarse {
+            // A coarse box apart from the fine box's coarse cells leaves every piece as it is:
+            // skipped without building anything (snapshots are validated on every open).
+            if (0..target.ndim()).any(|d| c.lo[d] > target.hi[d] || c.hi[d] - (node[d] as i64) < target.lo[d]) {
+                continue;
+            }
             let c = IBox { lo: c.lo.clone(), hi: c.hi.iter().zip(node).map(|(&h, &n)| h - n as i64).collect() };
             rest = rest.iter().flat_map(|r| r.subtract(&c)).collect();
             if rest.is_empty() {
