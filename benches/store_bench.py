@@ -149,9 +149,10 @@ def read_box(amrzip, path: Path, field: str | None = None) -> tuple[int, int]:
 
 
 def timed(f):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds of this process's threads, f())."""
+    start, cpu = time.perf_counter(), time.process_time()
     out = f()
-    return time.perf_counter() - start, out
+    return time.perf_counter() - start, time.process_time() - cpu, out
 
 
 def child_demo(args: dict) -> dict:
@@ -164,12 +165,13 @@ def child_demo(args: dict) -> dict:
         with tempfile.TemporaryDirectory(prefix="store_bench_", dir=args["tmpdir"]) as tmp:
             path = Path(tmp) / "nyx.amrzip"
             # As amr_demo.run: the write, then the demo's read back (measure) on the store just opened.
-            t_write, summary = timed(lambda: amrzip.write(h, path, rel=amr_demo.REL, threads=None))
+            (t_write, c_write, summary) = timed(lambda: amrzip.write(h, path, rel=amr_demo.REL, threads=None))
             ds = amrzip.open(path)
-            t_demo_read, results = timed(lambda: amr_demo.measure(h, ds, summary))
-            t_read_all, values = timed(lambda: read_all(amrzip, path))
-            t_box, (box_values, box_bytes) = timed(lambda: read_box(amrzip, path, "density"))
+            (t_demo_read, c_demo_read, results) = timed(lambda: amr_demo.measure(h, ds, summary))
+            (t_read_all, c_read_all, values) = timed(lambda: read_all(amrzip, path))
+            (t_box, _, (box_values, box_bytes)) = timed(lambda: read_box(amrzip, path, "density"))
             runs.append({"write": t_write, "demo_read": t_demo_read, "read_all": t_read_all, "box": t_box,
+                         "cpu_write": c_write, "cpu_demo_read": c_demo_read, "cpu_read_all": c_read_all,
                          "values": values, "box_bytes": box_bytes, "usage": store_usage(path),
                          "original_bytes": summary["original_bytes"], "reported_bytes": summary["stored_bytes"],
                          "max_err_over_bound": max(r.error_over_bound for r in results)})
@@ -202,10 +204,11 @@ def child_files(args: dict) -> dict:
             for _ in range(args["repeat"]):
                 with tempfile.TemporaryDirectory(prefix="store_bench_", dir=args["tmpdir"]) as tmp:
                     path = Path(tmp) / "s.amrzip"
-                    t_write, summary = timed(lambda: amrzip.write(h, path, rel=rel))
-                    t_read_all, values = timed(lambda: read_all(amrzip, path))
-                    t_box, (box_values, box_bytes) = timed(lambda: read_box(amrzip, path))
+                    (t_write, c_write, summary) = timed(lambda: amrzip.write(h, path, rel=rel))
+                    (t_read_all, c_read_all, values) = timed(lambda: read_all(amrzip, path))
+                    (t_box, _, (box_values, box_bytes)) = timed(lambda: read_box(amrzip, path))
                     runs.append({"write": t_write, "read_all": t_read_all, "box": t_box, "values": values, "box_bytes": box_bytes,
+                                 "cpu_write": c_write, "cpu_read_all": c_read_all,
                                  "usage": store_usage(path), "original_bytes": summary["original_bytes"],
                                  "reported_bytes": summary["stored_bytes"]})
             out["cases"][f"{name}@{rel:g}"] = {"file": name, "rel": rel, "levels": h.num_levels, "fields": len(h.fields),
@@ -359,6 +362,12 @@ def main(argv=None) -> int:
         print(markdown_table(["build", "write s", "write MB/s", "demo read s", "read all s", "read all MB/s", "one box ms",
                               "box kB read", "reported kB", "all bytes kB", "du kB", "files", "orig/reported",
                               "orig/all", "orig/du", "max err/eb"], rows))
+        cpu_keys = ("cpu_write", "cpu_demo_read", "cpu_read_all")
+        cpu_rows = [[b, *(f"{med([r[k] for rs in rounds[b] for r in rs]):.2f}" for k in cpu_keys)] for b in ("old", "new")]
+        cpu_rows.append(["new/old", *(fmt_ratio(paired(rounds["old"], rounds["new"], k)) for k in cpu_keys)])
+        print("\nCPU time of the process (all its threads), less disturbed by other jobs than wall time; new/old as above "
+              "(old CPU s / new CPU s, > 1: new does less work):\n")
+        print(markdown_table(["build", "write CPU s", "demo read CPU s", "read all CPU s"], cpu_rows))
         print(f"\noriginal {orig / 1e6:.1f} MB.  demo read = amr_demo.measure (every box of every field and the leaf metrics), "
               "as the demo times it; read all = fresh open, every box of every level and field; one box = fresh open, "
               "the demo's box of density on the finest level.  The new/old row's time columns are throughput ratios "
@@ -373,6 +382,7 @@ def main(argv=None) -> int:
                  and "error" not in d["old"][0]["cases"][k]]
         trows, srows = [], []
         agg = {k: [] for k in ("write", "read_all", "box")}
+        cpu_agg = {"cpu_write": [], "cpu_read_all": []}
         tot = {b: {"original": 0, "all_bytes": 0, "du": 0, "nfiles": 0} for b in ("old", "new")}
         for case in cases:
             info = d["new"][0]["cases"][case]
@@ -382,6 +392,8 @@ def main(argv=None) -> int:
             orig = sizes["new"]["original"]
             times = {b: {k: [r[k] for rs in rounds[b] for r in rs] for k in agg} for b in ("old", "new")}
             ratios = {k: paired(rounds["old"], rounds["new"], k) for k in agg}
+            for k in ("cpu_write", "cpu_read_all"):
+                cpu_agg[k].append(paired(rounds["old"], rounds["new"], k)[0])
             for k in agg:
                 agg[k].append(ratios[k][0])
             trows.append([label, f"{info['rel']:g}",
@@ -420,6 +432,9 @@ def main(argv=None) -> int:
                              f"{geomean(agg['read_all']):.2f} ({min(agg['read_all']):.2f}-{max(agg['read_all']):.2f})",
                              f"{geomean(agg['box']):.2f} ({min(agg['box']):.2f}-{max(agg['box']):.2f})",
                              f"{tot['new']['all_bytes'] / tot['old']['all_bytes']:.3f} (total)", f"{tot['new']['du'] / tot['old']['du']:.3f} (total)"])
+        print(f"CPU time of the process (all threads), new/old as old CPU s / new CPU s, geomean over the cases (min-max): "
+              f"write {geomean(cpu_agg['cpu_write']):.2f} ({min(cpu_agg['cpu_write']):.2f}-{max(cpu_agg['cpu_write']):.2f}), "
+              f"read all {geomean(cpu_agg['cpu_read_all']):.2f} ({min(cpu_agg['cpu_read_all']):.2f}-{max(cpu_agg['cpu_read_all']):.2f}).\n")
     print("## Summary: new/old\n")
     print(markdown_table(["what", "write throughput", "demo read throughput", "read all throughput", "one box throughput",
                           "all bytes", "du"], summary_rows))
