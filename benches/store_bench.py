@@ -292,7 +292,7 @@ def main(argv=None) -> int:
     p.add_argument("--parts", default="demo,files", help="comma list of demo, files (default both)")
     p.add_argument("--files", help="comma list of file path prefixes under ../shared/data (default all that read)")
     p.add_argument("--bounds", help="rel bounds for the files part (default 1e-4,1e-2; --quick: 1e-2)")
-    p.add_argument("--rounds", type=int, help="processes per build and part, taking turns (default 6 demo, 8 files)")
+    p.add_argument("--rounds", type=int, help="processes per build and part, taking turns (default 6)")
     p.add_argument("--repeat", type=int, help="timed runs per case and process (default 1 demo, 3 files)")
     p.add_argument("--quick", action="store_true", help="smoke run: Nyx-like with n=32, two files, rel 1e-2, 2 rounds of 1")
     p.add_argument("--tmpdir", help="where the stores are written (default the system's temporary folder)")
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
         print(f"caching nyx_like(n={n}, seed=0) in {nyx_cache(n)}", file=sys.stderr)
         make_nyx_cache(n)
     for part in parts:
-        rounds = args.rounds or (2 if args.quick else 6 if part == "demo" else 8)
+        rounds = args.rounds or (2 if args.quick else 6)
         repeat = args.repeat or (1 if args.quick or part == "demo" else 3)
         job = {"n": n, "repeat": repeat, "files": files, "bounds": bounds, "tmpdir": args.tmpdir}
         got = {"old": [], "new": []}
