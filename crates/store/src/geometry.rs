@@ -94,15 +94,19 @@ impl LevelGeometry {
         let mut expected: Vec<(u64, Vec<bool>)> = Vec::new();
         if !mask.is_empty() {
             let grid = IBox::new(vec![0; per.len()], per.iter().map(|&n| n as i64 - 1).collect());
+            let chunk_box = IBox::new(vec![0; per.len()], tiling.chunk.iter().map(|&c| c as i64 - 1).collect());
+            let nd = per.len();
+            let row = tiling.unit[nd - 1];
             let mut position = 0u64;
             for_each_cell(&grid, |b| {
                 let mut cells = Vec::with_capacity(unit_cells);
-                let block = IBox::new(
-                    b.iter().zip(&tiling.unit).map(|(&i, &u)| i * u as i64).collect(),
-                    b.iter().zip(&tiling.unit).map(|(&i, &u)| (i + 1) * u as i64 - 1).collect(),
-                );
-                let chunk_box = IBox::new(vec![0; per.len()], tiling.chunk.iter().map(|&c| c as i64 - 1).collect());
-                for_each_cell(&block, |c| cells.push(mask[chunk_box.offset_c(c)]));
+                // The block's rows along the last dimension, in C order: each a run of the mask.
+                let lo: Vec<i64> = b.iter().zip(&tiling.unit).map(|(&i, &u)| i * u as i64).collect();
+                let hi: Vec<i64> = (0..nd).map(|d| if d + 1 == nd { lo[d] } else { lo[d] + tiling.unit[d] as i64 - 1 }).collect();
+                for_each_cell(&IBox::new(lo, hi), |c| {
+                    let o = chunk_box.offset_c(c);
+                    cells.extend_from_slice(&mask[o..o + row]);
+                });
                 if cells.contains(&true) {
                     expected.push((position, cells));
                 }
@@ -123,5 +127,39 @@ impl LevelGeometry {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(lo: &[i64], hi: &[i64]) -> IBox {
+        IBox::new(lo.to_vec(), hi.to_vec())
+    }
+
+    #[test]
+    fn blocks_are_checked_cell_by_cell_against_the_stored_cells() {
+        // One 8x8 chunk of 4x4 unit blocks; the box stores rows 0..5, the finer level covers 0..1 x 0..1.
+        let geometry = LevelGeometry {
+            boxes: vec![b(&[0, 0], &[5, 7])],
+            covered: vec![b(&[0, 0], &[1, 1])],
+            origin: vec![0, 0],
+            buckets: Mutex::new(HashMap::new()),
+        };
+        let tiling = Tiling::new(vec![0, 0], vec![4, 4], vec![8, 8]).unwrap();
+        let stored = |i: i64, j: i64| i <= 5 && !(i <= 1 && j <= 1);
+        // The expected blocks, cell by cell in C order within each block.
+        let mut blocks: Vec<Block<f64>> = Vec::new();
+        for (position, (bi, bj)) in [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate() {
+            let mask: Vec<bool> = (0..16).map(|c| stored(bi * 4 + c / 4, bj * 4 + c % 4)).collect();
+            let full = mask.iter().all(|&m| m);
+            blocks.push(Block { position: position as u64, values: vec![0.0; 16], mask: (!full).then_some(mask) });
+        }
+        assert_eq!(geometry.check_blocks(&tiling, &[0, 0], &blocks), Ok(()));
+        let mut moved = blocks.clone();
+        moved[2].mask.as_mut().unwrap()[9] = true; // cell (6, 1): outside the box
+        assert!(geometry.check_blocks(&tiling, &[0, 0], &moved).unwrap_err().contains("position 2"));
+        assert!(geometry.check_blocks(&tiling, &[0, 0], &blocks[..3]).unwrap_err().contains("holds 3 unit blocks"));
     }
 }
