@@ -17,6 +17,10 @@ impl IBox {
         IBox { lo, hi }
     }
 
+    pub fn from_slices(lo: &[i64], hi: &[i64]) -> IBox {
+        IBox { lo: lo.to_vec(), hi: hi.to_vec() }
+    }
+
     pub fn ndim(&self) -> usize {
         self.lo.len()
     }
@@ -283,23 +287,19 @@ pub fn for_each_cell(b: &IBox, mut f: impl FnMut(&[i64])) {
 mod tests {
     use super::*;
 
-    fn b(lo: &[i64], hi: &[i64]) -> IBox {
-        IBox::new(lo.to_vec(), hi.to_vec())
-    }
-
     #[test]
     fn coarsen_and_refine_round_trip_below_zero_and_on_nodes() {
-        let c = b(&[-3, 4], &[5, 9]);
-        assert_eq!(c.coarsen(&[2, 2], &[false, false]), b(&[-2, 2], &[2, 4]));
-        assert_eq!(b(&[-2, 2], &[2, 4]).refine(&[2, 2], &[false, false]), b(&[-4, 4], &[5, 9]));
-        assert_eq!(c.coarsen(&[2, 2], &[true, false]), b(&[-2, 2], &[3, 4]));
-        assert_eq!(b(&[0, 0], &[2, 4]).refine(&[2, 2], &[true, false]), b(&[0, 0], &[4, 9]));
+        let c = IBox::from_slices(&[-3, 4], &[5, 9]);
+        assert_eq!(c.coarsen(&[2, 2], &[false, false]), IBox::from_slices(&[-2, 2], &[2, 4]));
+        assert_eq!(IBox::from_slices(&[-2, 2], &[2, 4]).refine(&[2, 2], &[false, false]), IBox::from_slices(&[-4, 4], &[5, 9]));
+        assert_eq!(c.coarsen(&[2, 2], &[true, false]), IBox::from_slices(&[-2, 2], &[3, 4]));
+        assert_eq!(IBox::from_slices(&[0, 0], &[2, 4]).refine(&[2, 2], &[true, false]), IBox::from_slices(&[0, 0], &[4, 9]));
     }
 
     #[test]
     fn stored_mask_leaves_out_exactly_the_covered_cells() {
-        let coarse = b(&[0, 0], &[7, 7]);
-        let fine = vec![b(&[4, 4], &[9, 7]), b(&[20, 20], &[23, 23])];
+        let coarse = IBox::from_slices(&[0, 0], &[7, 7]);
+        let fine = vec![IBox::from_slices(&[4, 4], &[9, 7]), IBox::from_slices(&[20, 20], &[23, 23])];
         let mask = stored_mask(&coarse, &fine, &[2, 2], &[false, false]).unwrap();
         for i in 0..8i64 {
             for j in 0..8i64 {
@@ -307,38 +307,44 @@ mod tests {
                 assert_eq!(mask[(i * 8 + j) as usize], !covered, "({i}, {j})");
             }
         }
-        assert!(stored_mask(&coarse, &[b(&[40, 40], &[41, 41])], &[2, 2], &[false, false]).is_none());
+        assert!(stored_mask(&coarse, &[IBox::from_slices(&[40, 40], &[41, 41])], &[2, 2], &[false, false]).is_none());
     }
 
     #[test]
     fn nesting_is_judged_on_the_union_of_coarse_boxes() {
-        let coarse = vec![b(&[0, 0], &[3, 7]), b(&[4, 0], &[7, 7])];
+        let coarse = vec![IBox::from_slices(&[0, 0], &[3, 7]), IBox::from_slices(&[4, 0], &[7, 7])];
         let no = [false, false];
-        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&[b(&[6, 2], &[9, 5])], &[1, 1])], &no), Ok(()));
-        let e = check_nesting(&[(&coarse, &[2, 2]), (&[b(&[0, 0], &[1, 1]), b(&[14, 14], &[17, 15])], &[1, 1])], &no).unwrap_err();
+        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&[IBox::from_slices(&[6, 2], &[9, 5])], &[1, 1])], &no), Ok(()));
+        let e = check_nesting(
+            &[(&coarse, &[2, 2]), (&[IBox::from_slices(&[0, 0], &[1, 1]), IBox::from_slices(&[14, 14], &[17, 15])], &[1, 1])],
+            &no,
+        )
+        .unwrap_err();
         assert!(e.contains("level 1 is not nested in level 0: its box 1 ((14, 14), (17, 15))"), "{e}");
         // Node boxes reach the node past their last cell, and neighbours share face nodes.
         let nodes = [true, true];
-        let coarse = vec![b(&[0, 0], &[4, 4]), b(&[4, 0], &[8, 4])];
-        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&[b(&[0, 0], &[16, 8])], &[1, 1])], &nodes), Ok(()));
-        let e = check_nesting(&[(&[b(&[0, 0], &[4, 4]), b(&[3, 0], &[8, 4])], &[1, 1])], &no).unwrap_err();
+        let coarse = vec![IBox::from_slices(&[0, 0], &[4, 4]), IBox::from_slices(&[4, 0], &[8, 4])];
+        assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&[IBox::from_slices(&[0, 0], &[16, 8])], &[1, 1])], &nodes), Ok(()));
+        let e = check_nesting(&[(&[IBox::from_slices(&[0, 0], &[4, 4]), IBox::from_slices(&[3, 0], &[8, 4])], &[1, 1])], &no).unwrap_err();
         assert!(e.contains("boxes 0 ((0, 0), (4, 4)) and 1 ((3, 0), (8, 4)) of level 0 overlap"), "{e}");
     }
 
     #[test]
     fn many_boxes_are_checked_through_the_index() {
         // 40 x 40 unit boxes, nested by a level of 2 x 2 boxes under each, all but one.
-        let coarse: Vec<IBox> = (0..40).flat_map(|i| (0..40).map(move |j| b(&[2 * i, 2 * j], &[2 * i + 1, 2 * j + 1]))).collect();
-        let mut fine: Vec<IBox> = (0..80).flat_map(|i| (0..80).map(move |j| b(&[2 * i, 2 * j], &[2 * i + 1, 2 * j + 1]))).collect();
+        let coarse: Vec<IBox> =
+            (0..40).flat_map(|i| (0..40).map(move |j| IBox::from_slices(&[2 * i, 2 * j], &[2 * i + 1, 2 * j + 1]))).collect();
+        let mut fine: Vec<IBox> =
+            (0..80).flat_map(|i| (0..80).map(move |j| IBox::from_slices(&[2 * i, 2 * j], &[2 * i + 1, 2 * j + 1]))).collect();
         assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&fine, &[1, 1])], &[false, false]), Ok(()));
-        fine.push(b(&[160, 0], &[161, 1]));
+        fine.push(IBox::from_slices(&[160, 0], &[161, 1]));
         assert!(check_nesting(&[(&coarse, &[2, 2]), (&fine, &[1, 1])], &[false, false]).unwrap_err().contains("box 6400"));
     }
 
     #[test]
     fn subtract_gives_disjoint_pieces_of_the_rest() {
-        let a = b(&[0, 0, 0], &[9, 9, 9]);
-        let pieces = a.subtract(&b(&[3, 3, 3], &[5, 12, 5]));
+        let a = IBox::from_slices(&[0, 0, 0], &[9, 9, 9]);
+        let pieces = a.subtract(&IBox::from_slices(&[3, 3, 3], &[5, 12, 5]));
         let total: usize = pieces.iter().map(|p| p.cells().unwrap()).sum();
         assert_eq!(total, 1000 - 3 * 7 * 3);
         for (i, p) in pieces.iter().enumerate() {

@@ -237,13 +237,9 @@ pub fn shard_factor(present: &BTreeSet<Vec<i64>>, fields: usize, grid: &[usize])
 mod tests {
     use super::*;
 
-    fn b(lo: &[i64], hi: &[i64]) -> IBox {
-        IBox::new(lo.to_vec(), hi.to_vec())
-    }
-
     #[test]
     fn units_that_are_no_power_of_two_get_chunks_they_tile() {
-        let boxes = vec![b(&[0, 0], &[31, 31]), b(&[32, 0], &[63, 31])];
+        let boxes = vec![IBox::from_slices(&[0, 0], &[31, 31]), IBox::from_slices(&[32, 0], &[63, 31])];
         for u in [3, 5, 6, 7, 12, 256] {
             let c = candidates(&boxes, &[false, false], &[0, 0], Some(u), None);
             assert!(!c.is_empty() && c.iter().all(|&(v, e)| v == u && e % u == 0), "{u}: {c:?}");

@@ -134,16 +134,12 @@ impl LevelGeometry {
 mod tests {
     use super::*;
 
-    fn b(lo: &[i64], hi: &[i64]) -> IBox {
-        IBox::new(lo.to_vec(), hi.to_vec())
-    }
-
     #[test]
     fn blocks_are_checked_cell_by_cell_against_the_stored_cells() {
         // One 8x8 chunk of 4x4 unit blocks; the box stores rows 0..5, the finer level covers 0..1 x 0..1.
         let geometry = LevelGeometry {
-            boxes: vec![b(&[0, 0], &[5, 7])],
-            covered: vec![b(&[0, 0], &[1, 1])],
+            boxes: vec![IBox::from_slices(&[0, 0], &[5, 7])],
+            covered: vec![IBox::from_slices(&[0, 0], &[1, 1])],
             origin: vec![0, 0],
             buckets: Mutex::new(HashMap::new()),
         };

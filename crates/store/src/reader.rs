@@ -395,21 +395,27 @@ impl Snapshot {
         }
     }
 
+    /// What the cache holds of chunks `indices` (plain, or `filled` with covered cells), and the
+    /// positions in `indices` of those it does not.
+    #[allow(clippy::type_complexity)]
+    fn cached<T: Value>(&self, level: usize, field: usize, indices: &[Vec<i64>], filled: bool) -> (Vec<Option<Arc<Vec<T>>>>, Vec<usize>) {
+        let mut out = vec![None; indices.len()];
+        let mut missing = Vec::new();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, idx) in indices.iter().enumerate() {
+            match cache.get(&(level, field, idx.clone(), filled)) {
+                Some(hit) => out[k] = hit.as_ref().and_then(T::unwrap),
+                None => missing.push(k),
+            }
+        }
+        (out, missing)
+    }
+
     /// Chunks `indices` of a field decoded over their whole extent (NaN where nothing is
     /// stored), None where the chunk stores nothing. Those not cached are fetched, then decoded
     /// in parallel, each checked against the cells the boxes store there.
     fn chunks<T: Value>(&self, level: usize, field: usize, indices: &[Vec<i64>]) -> Result<Vec<Option<Arc<Vec<T>>>>> {
-        let mut out: Vec<Option<Arc<Vec<T>>>> = vec![None; indices.len()];
-        let mut missing = Vec::new();
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            for (k, idx) in indices.iter().enumerate() {
-                match cache.get(&(level, field, idx.clone(), false)) {
-                    Some(hit) => out[k] = hit.as_ref().and_then(T::unwrap),
-                    None => missing.push(k),
-                }
-            }
-        }
+        let (mut out, missing) = self.cached::<T>(level, field, indices, false);
         if missing.is_empty() {
             return Ok(out);
         }
@@ -478,17 +484,7 @@ impl Snapshot {
     /// store nothing but hold covered cells); cached, so each fine region is averaged down once
     /// however many coarse reads need it.
     fn filled<T: Value>(&self, level: usize, field: usize, indices: &[Vec<i64>]) -> Result<Vec<Option<Arc<Vec<T>>>>> {
-        let mut out: Vec<Option<Arc<Vec<T>>>> = vec![None; indices.len()];
-        let mut missing = Vec::new();
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            for (k, idx) in indices.iter().enumerate() {
-                match cache.get(&(level, field, idx.clone(), true)) {
-                    Some(hit) => out[k] = hit.as_ref().and_then(T::unwrap),
-                    None => missing.push(k),
-                }
-            }
-        }
+        let (mut out, missing) = self.cached::<T>(level, field, indices, true);
         if missing.is_empty() {
             return Ok(out);
         }

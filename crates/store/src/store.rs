@@ -162,7 +162,9 @@ impl Store {
         let meta = doc.pointer("/attributes/amrzip").ok_or_else(|| bad("not an amrzip store (no attributes.amrzip)"))?;
         let version = meta.get("store_version").and_then(Value::as_u64).ok_or_else(|| bad("no store_version"))?;
         if version != FOLDER_STORE_VERSION {
-            return Err(bad(&format!("store version {version}: a store of version {STORE_VERSION} has no zarr.json, version {FOLDER_STORE_VERSION} is read")));
+            return Err(bad(&format!(
+                "store version {version}: a store of version {STORE_VERSION} has no zarr.json, version {FOLDER_STORE_VERSION} is read"
+            )));
         }
         let list = meta.get("snapshots").and_then(Value::as_array).ok_or_else(|| bad("bad snapshot list"))?;
         let folders: Vec<String> =

@@ -507,7 +507,7 @@ impl Codebook {
         if used.div_ceil(8) != bits.len() as u64 {
             return Err(corrupt!("{} bytes after the Huffman bitstream", bits.len() as u64 - used.div_ceil(8)));
         }
-        if used % 8 != 0 && bits[bits.len() - 1] >> (used % 8) != 0 {
+        if !used.is_multiple_of(8) && bits[bits.len() - 1] >> (used % 8) != 0 {
             return Err(corrupt!("nonzero padding after the Huffman bitstream"));
         }
         Ok(())

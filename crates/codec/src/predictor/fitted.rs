@@ -161,7 +161,7 @@ fn fit_rows<T: Element>(samples: &[(Vec<T>, Vec<usize>)], far: &[Vec<isize>]) ->
         let lin = linear(far, &strides);
         for_each_index(&interior(shape), |pos| {
             seen += 1;
-            if (seen - 1) % step != 0 {
+            if !(seen - 1).is_multiple_of(step) {
                 return;
             }
             let i: usize = pos.iter().zip(&strides).map(|(&p, &s)| (p + PAD) * s).sum();

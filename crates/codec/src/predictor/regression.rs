@@ -244,7 +244,7 @@ pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact
     let grids = Grids::new(q.eb(), nd, block);
     let n_blocks = blocks(shape, block).len();
     let selection = r.take(n_blocks.div_ceil(8), "regression block selection")?;
-    if n_blocks % 8 != 0 && selection[selection.len() - 1] >> (n_blocks % 8) != 0 {
+    if !n_blocks.is_multiple_of(8) && selection[selection.len() - 1] >> (n_blocks % 8) != 0 {
         return Err(corrupt!("regression selection has bits set past the last block"));
     }
     let mut models = Vec::with_capacity(n_blocks);
