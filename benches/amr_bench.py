@@ -22,24 +22,30 @@ Methods, each run per field with the same absolute bound eb = rel * (value range
   ours-no-adaptive  amrzip.write(..., adaptive_block=False): regression blocks of 6 whatever the unit edge.
   ours-no-mean  amrzip.write(..., conserve_mean=False), every other setting default: what keeping each level's mean
                 costs (a level whose errors lean one way is otherwise coded with half the bound plus an offset).
-  ours          amrzip.write(h, path, rel=rel) with the writer's defaults (unit block edge per (level, field) chosen
-                by trial among the blocking factor, 16 and 32; sle, adaptive blocks and conserve_mean on), read back
-                with amrzip.open(path).to_hierarchy().  The store methods take the hierarchy's arrays as the reader
-                returns them (Fortran-ordered, possibly unaligned memory maps) and run only when amrzip.write /
-                amrzip.open exist.
+  ours          amrzip.write(h, store, rel=rel) with the writer's defaults (chunk edge per level and unit block edge
+                per (level, field) chosen by trial, the unit among the blocking factor, 16 and 32; sle, adaptive
+                blocks and conserve_mean on), read back with amrzip.open(store).to_hierarchy().  Each run writes one
+                field's hierarchy into a new store folder, which then holds one file, the snapshot <name>.zarr.zip
+                (docs/format.md section 15).  The store methods take the hierarchy's arrays as the reader returns
+                them (Fortran-ordered, possibly unaligned memory maps) and run only when amrzip.write / amrzip.open
+                exist.
 
 SZ3 is pysz with SZ3's default predictor (interp + Lorenzo, chosen by sampling; the best of SZ3's predictors on
 1024-value chunks, so also the strongest 1-D baseline), ABS bound mode, one thread.
 
 Metrics: ratio = bytes of the field over ALL cells of all levels as the source stores them (covered cells included, the
 same numerator for every method) / compressed payload bytes.  For the SZ3 baselines the payload is their SZ3 streams,
-which carry no box metadata; for the store it is what amrzip.write returns as summary["stored_bytes"]: the chunk files
-plus the shared tables (coder statistics, fitted weights).  The store's metadata (its zarr.json documents: box lists, geometry, bounds, codec
-settings, and the base64 text around the shared tables they carry) is reported beside it: "meta bytes" = every byte
-under the store's path - payload, and "ratio incl. meta" = source bytes / every byte under the path.  Comparisons at
-equal PSNR use the payload ratio (like for like).  PSNR, max error and the volume-weighted mean are taken over leaf
-cells only (cells no finer level covers), since the store rebuilds covered cells instead of storing them.  PSNR's
-peak is the leaf cells' value range.  Time = compress + decompress seconds.
+which carry no box metadata; for the store it is what amrzip.write attributes to the field, summed over the levels
+(summary["levels"][L]["fields"][field]["stored_bytes"]): its chunks with their position tags, its shared tables
+(coder statistics, fitted weights) and its slots in the shard indexes.  The store's metadata is the rest of the
+snapshot file (the snapshot's zarr.json: packed box lists, geometry, bounds; each level array's zarr.json: codec
+settings and the base64 text around the shared tables; the zip's entry headers and central directory; each shard
+index's checksum), reported beside it: "meta bytes" = the snapshot file's size - payload, and "ratio incl. meta" =
+source bytes / the snapshot file's size (every byte under the store's folder: a store is a folder of snapshot files
+and holds nothing else; summary["stored_bytes"] is that size).  A run's hierarchy has one field, so the snapshot is
+that field's alone.  Comparisons at equal PSNR use the payload ratio (like for like).  PSNR, max error and the
+volume-weighted mean are taken over leaf cells only (cells no finer level covers), since the store rebuilds covered
+cells instead of storing them.  PSNR's peak is the leaf cells' value range.  Time = compress + decompress seconds.
 """
 
 from __future__ import annotations
@@ -169,7 +175,8 @@ def read_amrex(path: Path, fields: list[str]) -> Hierarchy:
 
 # --- methods --------------------------------------------------------------------------------------------------
 # A method is fn(h, field, boxes, eb, rel) -> (payload bytes, {(level, box): array}, compress s, decompress s,
-# bytes on disk including metadata or None when the method has no metadata apart from its payload).
+# bytes on disk including metadata or None when the method has no metadata apart from its payload[, layout]), layout
+# being what the store chose per level ({"unit", "chunk", "predictor"}), for the JSON.
 
 SZ3_ALGO = "INTERP_LORENZO"
 
@@ -259,20 +266,19 @@ def level_sz3(h, field, boxes, eb, rel):
     return sum(len(b) for b in blobs), out, t1 - t0, t2 - t1, None
 
 
-def _tree_bytes(path: Path) -> tuple[int, int]:
-    """(bytes of every file under path, of which the zarr.json metadata documents)."""
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files), sum(p.stat().st_size for p in files if p.name == "zarr.json")
+def _files(path: Path) -> list[Path]:
+    """Every file under ``path``."""
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
 
 
 def store(**options):
-    """amrzip's AMR store with ``options`` for amrzip.write (the defaults otherwise): write one field's hierarchy, open
-    it, rebuild the hierarchy, decode every box."""
+    """amrzip's AMR store with ``options`` for amrzip.write (the defaults otherwise): write one field's hierarchy into a
+    new store, open it, rebuild the hierarchy, decode every box."""
 
     def run(h, field, boxes, eb, rel):
         sub = one_field(h, field)
         tmp = Path(tempfile.mkdtemp(prefix="amr_bench_"))
-        path = tmp / "snapshot.amrz"
+        path = tmp / "store"
         try:
             t0 = time.perf_counter()
             summary = amrzip.write(sub, str(path), rel=rel, **options)
@@ -283,17 +289,29 @@ def store(**options):
             t2 = time.perf_counter()
             if hasattr(ds, "close"):
                 ds.close()
-            disk, docs = _tree_bytes(path)
+            files = {p: p.stat().st_size for p in _files(path)}
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        payload = int(summary["stored_bytes"])
-        # the payload is the chunk files (every file but the zarr.json documents) plus the shared tables those documents carry
-        if not disk - docs <= payload <= disk:
-            raise RuntimeError(f"stored_bytes {payload} is not chunk files ({disk - docs} B) + shared tables (<= {docs} B)")
+        # A store is a folder of snapshot files: this one holds the one snapshot just written, every byte of which is
+        # counted.  The payload is what the writer attributes to the field (chunks with their positions, shared tables,
+        # shard index slots), the rest of the file is metadata.
+        disk = sum(files.values())
+        snapshots = [p for p in files if p.name.endswith(".zarr.zip")]
+        if len(files) != 1 or len(snapshots) != 1:
+            raise RuntimeError(f"the store holds {', '.join(p.name for p in files) or 'nothing'}, not one snapshot file")
+        if int(summary["stored_bytes"]) != disk:
+            raise RuntimeError(f"summary stored_bytes {summary['stored_bytes']} is not the snapshot file's {disk} B")
+        if any(list(lev["fields"]) != [field] for lev in summary["levels"]):  # the file is the field's alone
+            raise RuntimeError(f"the snapshot holds other fields than {field}")
+        per_level = [lev["fields"][field] for lev in summary["levels"]]
+        payload = sum(int(f["stored_bytes"]) for f in per_level)
+        if not 0 < payload < disk:
+            raise RuntimeError(f"the field's stored_bytes {payload} is not a part of the snapshot file ({disk} B)")
+        layout = [{k: f.get(k) for k in ("unit", "chunk", "predictor")} for f in per_level]
         if [lev.boxes for lev in back.levels] != [lev.boxes for lev in h.levels]:  # same boxes, maybe reordered
             where = {(L, b): (L, i) for L, lev in enumerate(back.levels) for i, b in enumerate(lev.boxes)}
             out = {(L, i): out[where[(L, b)]] for L, lev in enumerate(h.levels) for i, b in enumerate(lev.boxes)}
-        return payload, out, t1 - t0, t2 - t1, disk
+        return payload, out, t1 - t0, t2 - t1, disk, layout
 
     return run
 
@@ -319,7 +337,7 @@ class Run:
     bound: float  # value-range relative, over the field's leaf cells
     abs_bound: float
     orig_bytes: int  # all cells of all levels, as stored by the source
-    compressed_bytes: int = 0  # the payload: SZ3 streams, or the store's chunk files + shared tables (stored_bytes)
+    compressed_bytes: int = 0  # the payload: SZ3 streams, or the store's bytes of the field (its stored_bytes summed)
     ratio: float = float("nan")  # orig_bytes / compressed_bytes
     psnr: float = float("nan")  # over leaf cells, peak = their value range
     max_err: float = float("nan")  # over leaf cells
@@ -330,9 +348,10 @@ class Run:
     mean_change: float = float("nan")  # |change of the volume-weighted leaf mean| / mean_ref
     mean_ref: str = "mean"  # "mean": over |mean|; "range": over the leaf value range (the mean is ~0)
     mean_abs_change: float = float("nan")
-    disk_bytes: int | None = None  # the store: every byte under its path (payload + metadata); None for the baselines
-    metadata_bytes: int | None = None  # disk_bytes - compressed_bytes: the zarr.json documents less the shared tables
+    disk_bytes: int | None = None  # the store: every byte of the snapshot file (payload + metadata); None for the baselines
+    metadata_bytes: int | None = None  # disk_bytes - compressed_bytes: zarr.json documents, zip records, index checksums
     ratio_incl_meta: float = float("nan")  # orig_bytes / disk_bytes
+    layout: list | None = None  # the store: per level, the unit block edge, chunk edge and predictor it chose
     violation: bool = False
     error: str | None = None
 
@@ -363,7 +382,8 @@ def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
     eb = rel * p.vrange
     r = Run(p.dataset, p.field, method, rel, eb, p.orig_bytes)
     try:
-        r.compressed_bytes, out, r.c_seconds, r.d_seconds, r.disk_bytes = fn(p.h, p.field, p.boxes, eb, rel)
+        r.compressed_bytes, out, r.c_seconds, r.d_seconds, r.disk_bytes, *extra = fn(p.h, p.field, p.boxes, eb, rel)
+        r.layout = extra[0] if extra else None
         r.seconds = r.c_seconds + r.d_seconds
         r.ratio = p.orig_bytes / r.compressed_bytes
         if r.disk_bytes is not None:
@@ -424,7 +444,7 @@ def results_table(runs: list[Run]) -> str:
 
 
 def metadata_table(runs: list[Run]) -> str:
-    """The store's metadata per run group: bytes and share of everything on disk, and how the ratio moves with it."""
+    """The store's metadata per run group: bytes and share of the snapshot file, and how the ratio moves with it."""
     rows = []
     for (d, f, m) in dict.fromkeys((r.dataset, r.field, r.method) for r in runs if r.metadata_bytes is not None):
         rs = [r for r in runs if (r.dataset, r.field, r.method) == (d, f, m) and r.error is None]
@@ -434,7 +454,7 @@ def metadata_table(runs: list[Run]) -> str:
             rows.append([f"{d}/{f}", m, span([r.metadata_bytes for r in rs], "d"),
                          span([100 * r.metadata_bytes / r.disk_bytes for r in rs], ".1f") + "%",
                          span([r.ratio_incl_meta / r.ratio for r in rs], ".3f")])
-    return markdown_table(["dataset/field", "method", "meta bytes", "share of the bytes on disk",
+    return markdown_table(["dataset/field", "method", "meta bytes", "share of the snapshot file",
                    "ratio incl. meta / payload ratio"], rows)
 
 
@@ -470,15 +490,16 @@ def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
         summary["cases"].append(case)
         rows.append(cells)
     lines = [f"## Rate-distortion: ratio({ref}) / ratio(method) at equal PSNR", "",
-             "Ratios are payload ratios (source bytes / compressed payload: SZ3 streams, or the store's chunk files + "
-             "shared tables), since the SZ3 baselines carry no box metadata either; the store's metadata is in the results' "
-             "\"ratio incl. meta\" column.  Geometric mean (min-max) over 9 PSNRs spread across the overlap of the two "
+             "Ratios are payload ratios (source bytes / compressed payload: SZ3 streams, or the store's bytes of the "
+             "field: chunks with their positions, shared tables, shard index slots), since the SZ3 baselines carry no "
+             "box metadata either; the store's metadata is in the results' \"ratio incl. meta\" column.  Geometric mean (min-max) over 9 PSNRs spread across the overlap of the two "
              "curves; log(ratio) is interpolated linearly in PSNR between the bounds' points.  n/a: fewer than 2 points "
              "or no overlap.", ""]
     lines.append(markdown_table(["dataset/field"] + [f"vs {m}" for m in others], rows) if others else "(one method only)")
     if meta_rows:
         lines += ["", "For information, the same with ours' store metadata counted (ratio incl. meta(ours) / ratio(method)): "
-                  "the zarr.json documents are a fixed cost per box and level, large beside a small or very smooth "
+                  "the snapshot's and levels' zarr.json documents and the zip's records are a fixed cost per box and "
+                  "level, large beside a small or very smooth "
                   "field's payload.", "",
                   markdown_table(["dataset/field"] + [f"vs {m}" for m in meta_others], meta_rows)]
     if ref != "ours":
@@ -618,15 +639,17 @@ def main(argv=None) -> int:
     print("## Datasets\n")
     print(datasets_table(infos))
     print("\nratio = bytes of all cells of all levels (covered cells included, as stored by the source) / compressed "
-          "payload bytes (SZ3 streams; for the store its chunk files + shared tables, with its metadata in \"meta bytes\" "
-          "and \"ratio incl. meta\" = source bytes / every byte on disk); PSNR, maxerr/eb and the mean over leaf cells only; bound eb = rel x value range of the leaf cells; "
+          "payload bytes (SZ3 streams; for the store the field's chunks with their positions, shared tables and shard "
+          "index slots, with the rest of the snapshot file in \"meta bytes\" and \"ratio incl. meta\" = source bytes / "
+          "every byte of the snapshot file); PSNR, maxerr/eb and the mean over leaf cells only; bound eb = rel x value range of the leaf cells; "
           "mean = volume-weighted over leaf cells, its change relative to |mean| (or to the range where the mean is ~0)."
           "\n")
     print("## Results\n")
     print(results_table(runs))
     print()
     if any(r.metadata_bytes is not None for r in runs):
-        print("## Store metadata (zarr.json documents; not in the payload ratio, in \"ratio incl. meta\")\n")
+        print("## Store metadata (the snapshot file less the payload: zarr.json documents, zip records, shard index "
+              "checksums; not in the payload ratio, in \"ratio incl. meta\")\n")
         print(metadata_table(runs))
         print()
     if len(bounds) >= 2:
