@@ -7,6 +7,7 @@
 //! level's boxes. A level's fields are one array, so they share one chunk shape, chosen on
 //! their summed sizes; each field keeps its own unit.
 
+use amrzip_amr::boxes::for_each_cell;
 use amrzip_amr::IBox;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -149,10 +150,11 @@ pub fn trials<E>(layouts: &[(usize, usize)], mut sizes: impl FnMut(usize, &[usiz
     Ok(result)
 }
 
-/// The chunk edge of a level from its fields' trials: the one of smallest summed size, but
-/// chunks larger than the box-sized `local_edge` only when they save more than
-/// `LARGE_CHUNK_GAIN` (a box read then stays local).
-pub fn choose_edge(per_field: &[Trials], local_edge: usize) -> usize {
+/// The chunk edge of a level from its fields' trials plus `overhead(edge)` (the shard indexes
+/// and entries that edge costs, on the trials' scale): the one of smallest total, but chunks
+/// larger than the box-sized `local_edge` only when they save more than `LARGE_CHUNK_GAIN` (a
+/// box read then stays local).
+pub fn choose_edge(per_field: &[Trials], local_edge: usize, overhead: impl Fn(usize) -> usize) -> usize {
     let mut edges: Vec<usize> = Vec::new();
     for t in per_field.iter().flatten() {
         if !edges.contains(&t.0 .1) {
@@ -160,7 +162,8 @@ pub fn choose_edge(per_field: &[Trials], local_edge: usize) -> usize {
         }
     }
     let total = |c: usize| -> Option<usize> {
-        per_field.iter().map(|t| t.iter().filter(|((_, e), _)| *e == c).map(|&(_, s)| s).min()).sum::<Option<usize>>()
+        let coded = per_field.iter().map(|t| t.iter().filter(|((_, e), _)| *e == c).map(|&(_, s)| s).min()).sum::<Option<usize>>();
+        coded.map(|s| s + overhead(c))
     };
     let Some(best) = edges.iter().copied().filter(|&c| total(c).is_some()).min_by_key(|&c| total(c).unwrap()) else {
         return local_edge;
@@ -201,9 +204,10 @@ pub fn trial_sample(cells: &[usize]) -> Vec<usize> {
     picked.into_iter().collect()
 }
 
-/// What one shard costs besides its index: its zip entry (local header and central directory
-/// record with their names) and its prefix.
-const SHARD_ENTRY_BYTES: usize = 200;
+/// What one shard costs besides its index: its zip entry, a local header (30 bytes) and a
+/// central directory record (46) each with the shard's name (`level_2/c/0/3/1/2`, ~18): 110
+/// bytes a shard measured on the benchmark snapshots.
+const SHARD_ENTRY_BYTES: usize = 112;
 /// A box read reads the index of every shard it touches whole: indexes stay under this.
 const SHARD_INDEX_MAX: usize = 16 << 10;
 
@@ -211,6 +215,28 @@ const SHARD_INDEX_MAX: usize = 16 << 10;
 /// chunks present (`present`, spatial chunk indices), the larger of equals, with each index
 /// at most `SHARD_INDEX_MAX`. Dense levels get large shards, sparse ones small.
 pub fn shard_factor(present: &BTreeSet<Vec<i64>>, fields: usize, grid: &[usize]) -> usize {
+    shard_layout(present, fields, grid).1
+}
+
+/// Bytes of shard indexes and zip entries a level with chunks of edge `edge` takes: the chunks
+/// its boxes (`boxes`, indices from the index space's corner `origin`) touch, sharded as
+/// `shard_factor` would. The trials measure coded chunks only; at tight chunk edges on sparse
+/// levels the indexes' empty slots are several percent of a level.
+pub fn index_bytes(boxes: &[IBox], origin: &[i64], space: &[usize], fields: usize, edge: usize) -> usize {
+    let grid: Vec<usize> = space.iter().map(|&n| n.div_ceil(edge)).collect();
+    let mut present = BTreeSet::new();
+    for b in boxes {
+        let lo: Vec<i64> = b.lo.iter().zip(origin).map(|(&l, &o)| (l - o).div_euclid(edge as i64)).collect();
+        let hi: Vec<i64> = b.hi.iter().zip(origin).map(|(&h, &o)| (h - o).div_euclid(edge as i64)).collect();
+        for_each_cell(&IBox::new(lo, hi), |c| {
+            present.insert(c.to_vec());
+        });
+    }
+    shard_layout(&present, fields, &grid).0
+}
+
+/// (bytes of indexes and entries, chunks per shard edge) of the cheapest shard edge.
+fn shard_layout(present: &BTreeSet<Vec<i64>>, fields: usize, grid: &[usize]) -> (usize, usize) {
     let dims = grid.len();
     let widest = grid.iter().copied().max().unwrap_or(1);
     let mut best = (usize::MAX, 1);
@@ -230,7 +256,7 @@ pub fn shard_factor(present: &BTreeSet<Vec<i64>>, fields: usize, grid: &[usize])
         }
         m *= 2;
     }
-    best.1
+    best
 }
 
 #[cfg(test)]
@@ -263,20 +289,22 @@ mod tests {
         let t = trials(&layouts, sizes).unwrap();
         // Edge 16: 8 -> 100, 16 -> 90, 32 -> 95 (worse, but measured); edge 32 keeps growing.
         assert_eq!(t.len(), 6);
-        assert_eq!(choose_edge(std::slice::from_ref(&t), 16), 32);
+        assert_eq!(choose_edge(std::slice::from_ref(&t), 16, |_| 0), 32);
         assert_eq!(choose_unit(&t, 16), (16, None));
     }
 
     #[test]
     fn large_chunks_need_a_real_gain() {
         let t = vec![((8, 16), 100), ((8, 32), 80)];
-        assert_eq!(choose_edge(std::slice::from_ref(&t), 16), 16);
+        assert_eq!(choose_edge(std::slice::from_ref(&t), 16, |_| 0), 16);
+        // Unless the small chunks' indexes make up the difference.
+        assert_eq!(choose_edge(std::slice::from_ref(&t), 16, |c| if c == 16 { 20 } else { 0 }), 32);
         let t = vec![((8, 16), 100), ((8, 32), 70)];
-        assert_eq!(choose_edge(&[t], 16), 32);
+        assert_eq!(choose_edge(&[t], 16, |_| 0), 32);
         // Summed over fields: one field's large gain is weighed against the others.
         let a = vec![((8, 16), 100), ((8, 32), 10)];
         let b = vec![((8, 16), 1000), ((8, 32), 1050)];
-        assert_eq!(choose_edge(&[a, b], 16), 16);
+        assert_eq!(choose_edge(&[a, b], 16, |_| 0), 16);
     }
 
     #[test]

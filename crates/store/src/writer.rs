@@ -443,7 +443,11 @@ pub fn write_snapshot(
                 })?;
             }
         }
-        let edge = if measured { chunking::choose_edge(&trials, candidates[0].1) } else { candidates[0].1 };
+        // The trials code a sample; indexes are counted for the whole level, scaled to it.
+        let space = meta.index_space(l).shape();
+        let sampled = sample.iter().map(|&i| cells[i]).sum::<usize>() as f64 / cells.iter().sum::<usize>().max(1) as f64;
+        let overhead = |c: usize| (chunking::index_bytes(&lev.boxes, &origin, &space, nf, c) as f64 * sampled) as usize;
+        let edge = if measured { chunking::choose_edge(&trials, candidates[0].1, overhead) } else { candidates[0].1 };
         let mut coded = Vec::with_capacity(nf);
         for f in 0..nf {
             // Reported as each field's compression starts: that is most of the work.
