@@ -10,23 +10,8 @@ use amrzip_store::{
 };
 use std::path::{Path, PathBuf};
 
-fn temp(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("amrzip-snapshot-files-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    p
-}
-
-/// Deterministic numbers for the damage.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+#[path = "support/damage.rs"]
+mod damage;
 
 fn value(f: usize, i: i64, j: i64, scale: f64) -> f64 {
     let (x, y) = (i as f64 * scale, j as f64 * scale);
@@ -124,7 +109,8 @@ fn read_everything(s: &Snapshot) -> amrzip_store::Result<Vec<f64>> {
 
 #[test]
 fn a_written_hierarchy_reads_back_within_its_bounds() {
-    let store = temp("round-trip");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("round-trip");
     let d = data();
     let path = write(&store, "s", &d);
     let s = Snapshot::open(&SnapshotEntry::at(&path).unwrap()).unwrap();
@@ -151,35 +137,22 @@ fn a_written_hierarchy_reads_back_within_its_bounds() {
         }
     }
     assert!(s.verify().unwrap() > 0);
-    std::fs::remove_dir_all(&store).unwrap();
 }
 
 #[test]
 fn damaged_files_give_errors_never_panics_or_wrong_values() {
-    let store = temp("damage");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("damage");
     let d = data();
     let path = write(&store, "s", &d);
     let good = std::fs::read(&path).unwrap();
     let entry = SnapshotEntry { name: "s".into(), kind: SnapshotKind::File, path: path.clone() };
     let expected = read_everything(&Snapshot::open(&entry).unwrap()).unwrap();
     let same = |a: &[f64]| a.len() == expected.len() && a.iter().zip(&expected).all(|(x, y)| x.to_bits() == y.to_bits());
-    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut rng = fastrand::Rng::with_seed(0x9e3779b97f4a7c15);
     let mut failures = 0;
     for round in 0..600 {
-        let mut bad = good.clone();
-        match round % 3 {
-            0 => bad.truncate(rng.next() as usize % good.len()),
-            1 => {
-                let at = rng.next() as usize % good.len();
-                bad[at] ^= 1 << (rng.next() % 8);
-            }
-            _ => {
-                for _ in 0..8 {
-                    let at = rng.next() as usize % good.len();
-                    bad[at] = rng.next() as u8;
-                }
-            }
-        }
+        let bad = damage::damage(&good, round, &mut rng);
         std::fs::write(&path, &bad).unwrap();
         // Opening, reading and checking either fail cleanly or read exactly what was written:
         // a flip in bytes no reader looks at (a zip record's date) changes nothing.
@@ -195,5 +168,4 @@ fn damaged_files_give_errors_never_panics_or_wrong_values() {
         }
     }
     assert!(failures > 500, "{failures} of 600 damaged files refused");
-    std::fs::remove_dir_all(&store).unwrap();
 }

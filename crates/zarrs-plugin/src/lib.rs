@@ -220,6 +220,8 @@ pub enum OpenError {
     Path(String),
     Filesystem(FilesystemStoreCreateError),
     Key(StoreKeyError),
+    /// Refused by the store's own zip reader: damaged, or not a snapshot file.
+    Archive(amrzip_store::Error),
     /// Not a readable zip archive.
     Zip(ZipStorageAdapterCreateError),
 }
@@ -230,6 +232,7 @@ impl fmt::Display for OpenError {
             OpenError::Path(m) => f.write_str(m),
             OpenError::Filesystem(e) => e.fmt(f),
             OpenError::Key(e) => e.fmt(f),
+            OpenError::Archive(e) => e.fmt(f),
             OpenError::Zip(e) => e.fmt(f),
         }
     }
@@ -243,7 +246,9 @@ pub type SnapshotStorage = ZipStorageAdapter<FilesystemStore>;
 /// Opens a snapshot file (`STORE/<name>.zarr.zip`) as read-only zarrs storage whose root is the
 /// snapshot's group: its arrays are `/level_0`, `/level_1`, ... This is
 /// `ZipStorageAdapter::new(FilesystemStore::new(folder), file name)`, spelled out once; a path
-/// that names no zip file is an error.
+/// that names no zip file is an error. The file's zip records are first read by the store's own
+/// zip reader: on some damaged central directories rc-zip 5.4 (under zarrs_zip) never returns,
+/// so a file that reader refuses is an error here rather than a hang.
 pub fn open_snapshot(path: impl AsRef<Path>) -> Result<Arc<SnapshotStorage>, OpenError> {
     let path = path.as_ref();
     let bad = || OpenError::Path(format!("{}: not a snapshot file path", path.display()));
@@ -252,6 +257,7 @@ pub fn open_snapshot(path: impl AsRef<Path>) -> Result<Arc<SnapshotStorage>, Ope
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    amrzip_store::archive::Archive::open(path).map_err(OpenError::Archive)?;
     let files = Arc::new(FilesystemStore::new(folder).map_err(OpenError::Filesystem)?);
     let key = StoreKey::new(name).map_err(OpenError::Key)?;
     Ok(Arc::new(ZipStorageAdapter::new(files, key).map_err(OpenError::Zip)?))
