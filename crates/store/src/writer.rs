@@ -443,11 +443,19 @@ pub fn write_snapshot(
                 })?;
             }
         }
-        // The trials code a sample; indexes are counted for the whole level, scaled to it.
-        let space = meta.index_space(l).shape();
-        let sampled = sample.iter().map(|&i| cells[i]).sum::<usize>() as f64 / cells.iter().sum::<usize>().max(1) as f64;
-        let overhead = |c: usize| (chunking::index_bytes(&lev.boxes, &origin, &space, nf, c) as f64 * sampled) as usize;
-        let edge = if measured { chunking::choose_edge(&trials, candidates[0].1, overhead) } else { candidates[0].1 };
+        let edge = if measured {
+            // The trials code a sample; indexes are counted for the whole level, scaled to it.
+            let space = meta.index_space(l).shape();
+            let sampled = sample.iter().map(|&i| cells[i]).sum::<usize>() as f64 / cells.iter().sum::<usize>().max(1) as f64;
+            let edges: BTreeSet<usize> = candidates.iter().map(|&(_, c)| c).collect();
+            let overhead: BTreeMap<usize, usize> = edges
+                .into_iter()
+                .map(|c| (c, (chunking::index_bytes(&lev.boxes, &origin, &space, nf, c) as f64 * sampled) as usize))
+                .collect();
+            chunking::choose_edge(&trials, candidates[0].1, |c| overhead[&c])
+        } else {
+            candidates[0].1
+        };
         let mut coded = Vec::with_capacity(nf);
         for f in 0..nf {
             // Reported as each field's compression starts: that is most of the work.
