@@ -291,6 +291,24 @@ def test_iterating_a_level_reads_what_indexing_reads(tmp_path):
                 np.testing.assert_array_equal(view[i], alone)
 
 
+def test_reads_on_any_number_of_threads_give_the_same_values(tmp_path):
+    from amrzip.amr.synthetic import nyx_like
+
+    h = nyx_like(n=48, max_grid_size=16)
+    amrzip.write(h, tmp_path / "s", rel=1e-3)
+    default = amrzip.open(tmp_path / "s")
+    for threads in (1, 3):
+        ds = amrzip.open(tmp_path / "s", threads=threads)
+        for L in range(h.num_levels):
+            for a, b in zip(ds.level(L).field("density"), default.level(L).field("density")):
+                np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(amrzip.Dataset(default.path, threads=1).to_uniform("temp", level=1),
+                                  default.to_uniform("temp", level=1))
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="threads= must be a positive integer"):
+            amrzip.open(tmp_path / "s", threads=bad)
+
+
 def test_coarse_region_reads_rebuild_only_their_covered_cells(tmp_path):
     # A small coarse region under the finer level reads its own chunks and the fine chunks
     # under it: no more than reading both levels' regions with covered="nan".

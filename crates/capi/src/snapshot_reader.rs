@@ -280,7 +280,9 @@ fn read_typed<T: Value>(
     out: *mut c_void,
     n: usize,
 ) -> Result<()> {
-    let values = r.snapshot.read::<T>(field, level, region, covered, false)?;
+    // Decodes on the threads amrzip_set_threads gives calls starting now.
+    let values =
+        amrzip_codec::run_with_threads(crate::threads::threads(), || Ok(r.snapshot.read::<T>(field, level, region, covered, false)))??;
     if out.is_null() || !out.cast::<T>().is_aligned() {
         return Err(Error::invalid(format!("out must be a buffer aligned for {}", T::DTYPE.name())));
     }

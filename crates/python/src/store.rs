@@ -302,15 +302,18 @@ impl Snapshot {
 #[pymethods]
 impl Snapshot {
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let inner = py.detach(|| store::SnapshotEntry::at(&path).and_then(|e| store::Snapshot::open(&e))).map_err(store_err)?;
+    #[pyo3(signature = (path, threads=None))]
+    fn new(py: Python<'_>, path: PathBuf, threads: Option<usize>) -> PyResult<Self> {
+        let inner = py
+            .detach(|| store::SnapshotEntry::at(&path).and_then(|e| store::Snapshot::open(&e)?.with_threads(threads)))
+            .map_err(store_err)?;
         Ok(Snapshot { inner: Arc::new(inner) })
     }
 
     #[staticmethod]
-    #[pyo3(signature = (store_path, name=None))]
-    fn latest(py: Python<'_>, store_path: PathBuf, name: Option<String>) -> PyResult<Self> {
-        let inner = py.detach(|| store::Snapshot::open_in(&store_path, name.as_deref())).map_err(store_err)?;
+    #[pyo3(signature = (store_path, name=None, threads=None))]
+    fn latest(py: Python<'_>, store_path: PathBuf, name: Option<String>, threads: Option<usize>) -> PyResult<Self> {
+        let inner = py.detach(|| store::Snapshot::open_in(&store_path, name.as_deref())?.with_threads(threads)).map_err(store_err)?;
         Ok(Snapshot { inner: Arc::new(inner) })
     }
 

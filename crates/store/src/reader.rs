@@ -157,6 +157,8 @@ pub struct Snapshot {
     /// Shards by (level, coordinates), None where absent.
     shards: Mutex<HashMap<ShardKey, Option<Arc<ShardPlace>>>>,
     cache: Mutex<Cache>,
+    /// Threads decoding chunks: None for rayon's global pool (all cores).
+    threads: Option<usize>,
 }
 
 /// `n` NaNs, or an error where memory does not suffice (a read of a huge region must fail
@@ -204,7 +206,15 @@ impl Snapshot {
             geometry,
             shards: Mutex::new(HashMap::new()),
             cache: Mutex::new(Cache::default()),
+            threads: None,
         })
+    }
+
+    /// Decodes chunks on `threads` threads (None: all cores); at least 1.
+    pub fn with_threads(mut self, threads: Option<usize>) -> Result<Snapshot> {
+        amrzip_codec::run_with_threads(threads, || Ok(()))?;
+        self.threads = threads;
+        Ok(self)
     }
 
     /// Bytes read from disk so far: metadata, shard headers and indexes, chunks.
@@ -426,32 +436,38 @@ impl Snapshot {
         let wanted: Vec<Vec<i64>> = missing.iter().map(|&k| indices[k].clone()).collect();
         let stored = self.fetch(level, field, &a, &wanted)?;
         let geometry = &self.geometry[level];
-        let decoded: Vec<Option<Vec<T>>> = wanted
-            .par_iter()
-            .zip(stored.par_iter())
-            .map(|(idx, bytes)| -> Result<Option<Vec<T>>> {
-                let Some(bytes) = bytes else {
-                    if geometry.chunk_mask(&a.tiling, idx).is_some() {
-                        return Err(corrupt!("{}: missing (the boxes store cells in it)", self.describe(level, field, idx)));
+        let decode = || -> Result<Vec<Option<Vec<T>>>> {
+            wanted
+                .par_iter()
+                .zip(stored.par_iter())
+                .map(|(idx, bytes)| -> Result<Option<Vec<T>>> {
+                    let Some(bytes) = bytes else {
+                        if geometry.chunk_mask(&a.tiling, idx).is_some() {
+                            return Err(corrupt!("{}: missing (the boxes store cells in it)", self.describe(level, field, idx)));
+                        }
+                        return Ok(None);
+                    };
+                    let book =
+                        blockset::info(bytes).map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?.codebook_index as usize;
+                    if !a.codec.tables.contains(&book) {
+                        return Err(corrupt!(
+                            "{}: codes with tables {book}, not the field's (misplaced)",
+                            self.describe(level, field, idx)
+                        ));
                     }
-                    return Ok(None);
-                };
-                let book =
-                    blockset::info(bytes).map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?.codebook_index as usize;
-                if !a.codec.tables.contains(&book) {
-                    return Err(corrupt!("{}: codes with tables {book}, not the field's (misplaced)", self.describe(level, field, idx)));
-                }
-                let blocks = decode_blocks::<T>(idx, bytes, &a.tables, &a.tiling, a.codec.eb)
-                    .map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?;
-                geometry.check_blocks(&a.tiling, idx, &blocks).map_err(|e| corrupt!("{}: {e}", self.describe(level, field, idx)))?;
-                let lo: Vec<i64> = (0..idx.len()).map(|d| a.tiling.origin[d] + idx[d] * a.tiling.chunk[d] as i64).collect();
-                let hi: Vec<i64> = lo.iter().zip(&a.tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
-                let mut values = nan::<T>(a.tiling.chunk.iter().product())?;
-                scatter(&blocks, idx, &a.tiling, &lo, &hi, &mut values);
-                apply_offset(&mut values, a.codec.offset);
-                Ok(Some(values))
-            })
-            .collect::<Result<_>>()?;
+                    let blocks = decode_blocks::<T>(idx, bytes, &a.tables, &a.tiling, a.codec.eb)
+                        .map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?;
+                    geometry.check_blocks(&a.tiling, idx, &blocks).map_err(|e| corrupt!("{}: {e}", self.describe(level, field, idx)))?;
+                    let lo: Vec<i64> = (0..idx.len()).map(|d| a.tiling.origin[d] + idx[d] * a.tiling.chunk[d] as i64).collect();
+                    let hi: Vec<i64> = lo.iter().zip(&a.tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
+                    let mut values = nan::<T>(a.tiling.chunk.iter().product())?;
+                    scatter(&blocks, idx, &a.tiling, &lo, &hi, &mut values);
+                    apply_offset(&mut values, a.codec.offset);
+                    Ok(Some(values))
+                })
+                .collect::<Result<_>>()
+        };
+        let decoded = amrzip_codec::run_with_threads(self.threads, || Ok(decode()))??;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for (k, values) in missing.into_iter().zip(decoded) {
             let values = values.map(Arc::new);

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from amrzip import _core
+from amrzip.codec import _threads
 from amrzip.amr.hierarchy import Box, Hierarchy, Level, LevelGeometry, box_shape
 
 COVERED = ("average", "nan")
@@ -33,9 +34,10 @@ def snapshots(path) -> list[str]:
     return [name for name, _ in _core.snapshots(str(path))]
 
 
-def open_store(path, snapshot: Optional[str] = None) -> "Dataset":
-    """Opens snapshot ``snapshot`` of the store at ``path`` (default: the latest committed)."""
-    return Dataset(_core.Snapshot.latest(str(path), snapshot))
+def open_store(path, snapshot: Optional[str] = None, threads: Optional[int] = None) -> "Dataset":
+    """Opens snapshot ``snapshot`` of the store at ``path`` (default: the latest committed).
+    Reads decode chunks on ``threads`` threads (default: all cores)."""
+    return Dataset(_core.Snapshot.latest(str(path), snapshot, _threads(threads)))
 
 
 def check(path, repair: bool = False) -> dict:
@@ -109,10 +111,11 @@ class LevelView(LevelGeometry):
 
 class Dataset:
     """A snapshot of the store, opened for reading: ``Dataset(path)`` for a snapshot file (or a
-    snapshot folder of a version-1 store); :func:`amrzip.open` opens one of a store by name."""
+    snapshot folder of a version-1 store); :func:`amrzip.open` opens one of a store by name.
+    Reads decode chunks on ``threads`` threads (default: all cores)."""
 
-    def __init__(self, path):
-        self._snapshot = path if isinstance(path, _core.Snapshot) else _core.Snapshot(str(path))
+    def __init__(self, path, threads: Optional[int] = None):
+        self._snapshot = path if isinstance(path, _core.Snapshot) else _core.Snapshot(str(path), _threads(threads))
         self.path = Path(self._snapshot.path)
         self.name: str = self._snapshot.name
         self.meta: dict = json.loads(self._snapshot.meta_json)
