@@ -179,6 +179,8 @@ def read_amrex(path: Path, fields: list[str]) -> Hierarchy:
 # being what the store chose per level ({"unit", "chunk", "predictor"}), for the JSON.
 
 SZ3_ALGO = "INTERP_LORENZO"
+# Threads of the store methods, writing and reading (--threads; None: all cores). SZ3 runs on one.
+STORE_THREADS = None
 
 
 def _sz3_conf(eb: float):
@@ -281,9 +283,9 @@ def store(**options):
         path = tmp / "store"
         try:
             t0 = time.perf_counter()
-            summary = amrzip.write(sub, str(path), rel=rel, **options)
+            summary = amrzip.write(sub, str(path), rel=rel, threads=STORE_THREADS, **options)
             t1 = time.perf_counter()
-            ds = amrzip.open(str(path))
+            ds = amrzip.open(str(path), threads=STORE_THREADS)
             back = ds.to_hierarchy()
             out = {key: np.array(a) for key, a in am.field_boxes(back, field).items()}  # decode everything now
             t2 = time.perf_counter()
@@ -319,7 +321,7 @@ def store(**options):
 BASELINES = {"amrex-1d": amrex_1d, "per-box-sz3": per_box_sz3, "level-sz3": level_sz3}
 STORE_METHODS = {"ours-base": store(sle=False, adaptive_block=False), "ours-no-sle": store(sle=False),
                  "ours-no-adaptive": store(adaptive_block=False), "ours-no-mean": store(conserve_mean=False),
-                 "ours": store()}
+                 "ours": store(), "ours-speed": store(mode="speed")}
 
 
 def have_store() -> bool:
@@ -441,6 +443,35 @@ def results_table(runs: list[Run]) -> str:
                      fmt(r.seconds, ".3f"), mc])
     return markdown_table(["dataset/field", "bound", "method", "ratio (payload)", "ratio incl. meta", "meta bytes",
                    "PSNR dB (leaf)", "maxerr/eb (leaf)", "C+D s", "rel. change of mean"], rows)
+
+
+THROUGHPUT_METHODS = ["ours", "ours-speed", "per-box-sz3", "amrex-1d"]
+
+
+def throughput_table(runs: list[Run]) -> str:
+    """Write and read throughput (source bytes / seconds) of the store's presets and the SZ3 baselines, and the
+    store's over per-box SZ3's in the same run, per case and as geometric means per method."""
+    by = {(r.dataset, r.field, r.bound, r.method): r for r in runs if not r.error and r.c_seconds > 0 and r.d_seconds > 0}
+    rows, gains = [], {}
+    for (d, f, b, m), r in by.items():
+        if m not in THROUGHPUT_METHODS:
+            continue
+        peer = by.get((d, f, b, "per-box-sz3"))
+        w, rd = r.orig_bytes / r.c_seconds / 1e6, r.orig_bytes / r.d_seconds / 1e6
+        vs = ["", ""]
+        if peer is not None and m.startswith("ours"):
+            gw, gr = peer.c_seconds / r.c_seconds, peer.d_seconds / r.d_seconds
+            gains.setdefault(m, []).append((gw, gr))
+            vs = [f"{gw:.2f}", f"{gr:.2f}"]
+        rows.append([f"{d}/{f}", f"{b:g}", m, f"{r.ratio:.1f}", f"{w:.1f}", f"{rd:.1f}", *vs])
+    text = markdown_table(["dataset/field", "bound", "method", "ratio (payload)", "write MB/s", "read MB/s",
+                           "write vs per-box SZ3", "read vs per-box SZ3"], rows)
+    for m, g in gains.items():
+        geo = [math.exp(sum(math.log(x[k]) for x in g) / len(g)) for k in (0, 1)]
+        lo = [min(x[k] for x in g) for k in (0, 1)]
+        text += (f"\n\n{m} over per-box SZ3, geomean of {len(g)} cases (min): write {geo[0]:.2f}x ({lo[0]:.2f}x), "
+                 f"read {geo[1]:.2f}x ({lo[1]:.2f}x)")
+    return text
 
 
 def metadata_table(runs: list[Run]) -> str:
@@ -579,12 +610,17 @@ def main(argv=None) -> int:
     p.add_argument("--methods", help=f"comma list of {', '.join([*BASELINES, *STORE_METHODS])} (default all)")
     p.add_argument("--sz3-algo", default="INTERP_LORENZO", choices=["INTERP_LORENZO", "INTERP", "LORENZO_REG"],
                    help="SZ3 predictor of the baselines (default INTERP_LORENZO, SZ3's default)")
+    p.add_argument("--threads", type=int, help="threads of the store methods, writing and reading (default all cores; "
+                   "SZ3 runs on one)")
     p.add_argument("--quick", action="store_true", help="small synthetic hierarchies and one bound (smoke run)")
     p.add_argument("--json", type=Path, help="write runs, dataset summaries and the rate-distortion summary here")
     args = p.parse_args(argv)
 
-    global SZ3_ALGO
+    global SZ3_ALGO, STORE_THREADS
     SZ3_ALGO = args.sz3_algo
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads must be at least 1, got {args.threads}")
+    STORE_THREADS = args.threads
     names = args.datasets.split(",") if args.datasets else list(DATASETS)
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
@@ -604,7 +640,7 @@ def main(argv=None) -> int:
     load_start = list(os.getloadavg())
     print(f"# amrzip AMR benchmark\n\n{platform.node()} | {platform.processor() or platform.machine()} | "
           f"{os.cpu_count()} cores | load average {' '.join(f'{v:.2f}' for v in load_start)} | numpy {np.__version__} | "
-          f"SZ3 predictor {SZ3_ALGO} (1 thread)"
+          f"SZ3 predictor {SZ3_ALGO} (1 thread) | store threads {STORE_THREADS or 'all cores'}"
           f"{' | QUICK (small synthetic hierarchies)' if args.quick else ''}\n")
     if store_wanted and not store_ok:
         print(f"{', '.join(store_wanted)}: skipped: store API not available (amrzip.write / amrzip.open)\n")
@@ -652,6 +688,10 @@ def main(argv=None) -> int:
               "checksums; not in the payload ratio, in \"ratio incl. meta\")\n")
         print(metadata_table(runs))
         print()
+    print("## Throughput (source bytes of all levels / seconds; write = compress and store, read = open and decode "
+          f"every box; store threads: {STORE_THREADS or 'all cores'}, SZ3: one)\n")
+    print(throughput_table(runs))
+    print()
     if len(bounds) >= 2:
         text, rd = rate_distortion(runs)
         print(text)
@@ -673,7 +713,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"argv": sys.argv[1:] if argv is None else list(argv), "host": platform.node(), "cpus": os.cpu_count(),
                 "numpy": np.__version__, "quick": args.quick, "bounds": bounds, "sz3_algo": SZ3_ALGO,
-                "store_api": store_ok, "chunk": CHUNK, "amrzip": getattr(amrzip, "__version__", None),
+                "store_api": store_ok, "store_threads": STORE_THREADS, "chunk": CHUNK, "amrzip": getattr(amrzip, "__version__", None),
                 "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())}
         args.json.write_text(json.dumps({"meta": meta, "datasets": infos, "runs": [asdict(r) for r in runs],
                                          "rate_distortion": rd, "acceptance": verdicts}, indent=1, default=float))
