@@ -70,7 +70,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amr_metrics as am  # noqa: E402
 from amrzip.amr.leaves import Leaves, mean_change, volume_weighted_mean  # noqa: E402
-from report import fmt, markdown_table  # noqa: E402
+from report import fmt, geomean, markdown_table  # noqa: E402
 from datasets import REAL_DATA_DIR  # noqa: E402
 
 import amrzip  # noqa: E402
@@ -467,7 +467,7 @@ def throughput_table(runs: list[Run]) -> str:
     text = markdown_table(["dataset/field", "bound", "method", "ratio (payload)", "write MB/s", "read MB/s",
                            "write vs per-box SZ3", "read vs per-box SZ3"], rows)
     for m, g in gains.items():
-        geo = [math.exp(sum(math.log(x[k]) for x in g) / len(g)) for k in (0, 1)]
+        geo = [geomean([x[k] for x in g]) for k in (0, 1)]
         lo = [min(x[k] for x in g) for k in (0, 1)]
         text += (f"\n\n{m} over per-box SZ3, geomean of {len(g)} cases (min): write {geo[0]:.2f}x ({lo[0]:.2f}x), "
                  f"read {geo[1]:.2f}x ({lo[1]:.2f}x)")

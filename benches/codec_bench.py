@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datasets  # noqa: E402
-from report import fmt, markdown_table  # noqa: E402
+from report import fmt, geomean, markdown_table  # noqa: E402
 
 BOUNDS = [1e-2, 1e-3, 1e-4, 1e-5]
 
@@ -234,11 +234,6 @@ def write_json(path: Path, meta: dict, results: list, summary: dict) -> None:
     """A run's raw results (dataclasses), its summary and how it was run, for later tables."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results], "summary": summary}, indent=1, default=float))
-
-
-def geomean(xs) -> float:
-    xs = [x for x in xs if x is not None and np.isfinite(x) and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tuple[str, dict]:

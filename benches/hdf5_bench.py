@@ -26,7 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import codec_bench  # noqa: E402
-from codec_bench import _errors, _f, _load, _table, _timed, geomean, load_fields, write_json  # noqa: E402
+from codec_bench import _errors, _load, _timed, load_fields, write_json  # noqa: E402
+from report import fmt, geomean, markdown_table  # noqa: E402
 
 BOUNDS = codec_bench.BOUNDS
 # Tiled chunking: 64^3 for the cubes (1 MiB of float32).  For 2-D, 300x600 (0.72 MB): it divides both 1800x3600 and
@@ -244,7 +245,7 @@ def warm_up(parts, hdf5: dict, zarr_: dict, tmp: Path) -> None:
 
 def _eob(r: Result) -> str:
     # a violation gets enough digits to show its size (float32 rounding of eb shows up as 1.0000000x)
-    return _f(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
+    return fmt(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
 
 
 def results_table(results: list[Result], part: str) -> str:
@@ -257,8 +258,8 @@ def results_table(results: list[Result], part: str) -> str:
             rows.append(head + [f"ERROR {r.error}"[:70]] + [""] * 4)
             continue
         note = f" ({r.raw_chunks}/{r.n_chunks} chunks raw)" if r.raw_chunks else ""
-        rows.append(head + [_f(r.ratio) + note, _eob(r), _f(r.psnr, ".1f"), _f(r.w_mbs, ".0f"), _f(r.r_mbs, ".0f")])
-    return _table(["field", "chunks", "bound", "codec", "ratio", "maxerr/eb", "PSNR dB", "W MB/s", "R MB/s"], rows)
+        rows.append(head + [fmt(r.ratio) + note, _eob(r), fmt(r.psnr, ".1f"), fmt(r.w_mbs, ".0f"), fmt(r.r_mbs, ".0f")])
+    return markdown_table(["field", "chunks", "bound", "codec", "ratio", "maxerr/eb", "PSNR dB", "W MB/s", "R MB/s"], rows)
 
 
 def summarize(results: list[Result], full: bool, threads_note: str) -> tuple[str, dict]:
@@ -279,10 +280,10 @@ def summarize(results: list[Result], full: bool, threads_note: str) -> tuple[str
                                    "sz3": sz3 and sz3.ratio, "zfp": zfp and zfp.ratio, "sz": sz and sz.ratio,
                                    "ratio_vs_sz3": q and q[0], "write_vs_sz3": q and q[1], "read_vs_sz3": q and q[2]})
         rows.append([f, _chunk_label(ours.chunks if ours else sz3.chunks if sz3 else []), f"{b:g}",
-                     *(_f(x and x.ratio) for x in (ours, sz3, zfp, sz)),
-                     *([_f(q[0], ".3f"), "win" if q[0] >= 1 else "loss", _f(q[1]), _f(q[2])] if q else ["-"] * 4)])
+                     *(fmt(x and x.ratio) for x in (ours, sz3, zfp, sz)),
+                     *([fmt(q[0], ".3f"), "win" if q[0] >= 1 else "loss", fmt(q[1]), fmt(q[2])] if q else ["-"] * 4)])
     out += ["## HDF5 summary: amrzip against hdf5plugin SZ3 on the same chunks and absolute bound", "",
-            _table(["field", "chunks", "bound", "amrzip", "SZ3", "ZFP", "SZ", "ratio ours/SZ3", "", "write ours/SZ3",
+            markdown_table(["field", "chunks", "bound", "amrzip", "SZ3", "ZFP", "SZ", "ratio ours/SZ3", "", "write ours/SZ3",
                     "read ours/SZ3"], rows), ""]
 
     crit = summ["criteria"]
@@ -301,7 +302,7 @@ def summarize(results: list[Result], full: bool, threads_note: str) -> tuple[str
         qs = [v[1] for v in vs if c is None or v[0] == c]
         wins, need = sum(q >= 1 for q in qs), math.ceil(NEED_SHARE * len(qs))
         passes.append(wins >= need)
-        parts.append(f"{c or 'overall'} {wins}/{len(qs)} (need {need}, geomean {_f(geomean(qs), '.3f')})")
+        parts.append(f"{c or 'overall'} {wins}/{len(qs)} (need {need}, geomean {fmt(geomean(qs), '.3f')})")
     verdict("2_ratio_vs_sz3", "(2) ratio >= SZ3's on >= 80% of field x bound cases, per chunking and overall",
             all(passes) if vs else None, "; ".join(parts))
     ours_all = [r for r in results if r.codec.startswith("amrzip") and r.error is None]
@@ -310,23 +311,23 @@ def summarize(results: list[Result], full: bool, threads_note: str) -> tuple[str
             not bad if ours_all else None, f"{len(bad)} of {len(ours_all)}" + "".join(
                 f"; {r.part} {r.field} {r.chunking} {r.bound:g} {r.err_over_bound:.9f}x" for r in bad))
     gw, gr = geomean([v[2] for v in vs]), geomean([v[3] for v in vs])
-    per = "; ".join(f"{c}: write {_f(geomean([v[2] for v in vs if v[0] == c]))}x, read "
-                    f"{_f(geomean([v[3] for v in vs if v[0] == c]))}x" for c in dict.fromkeys(v[0] for v in vs))
+    per = "; ".join(f"{c}: write {fmt(geomean([v[2] for v in vs if v[0] == c]))}x, read "
+                    f"{fmt(geomean([v[3] for v in vs if v[0] == c]))}x" for c in dict.fromkeys(v[0] for v in vs))
     verdict("2_throughput_vs_sz3", "(2) HDF5 write and read MB/s >= SZ3's (geomean over all cases)",
-            (gw >= 1 and gr >= 1) if vs else None, f"write {_f(gw)}x, read {_f(gr)}x ({per})")
+            (gw >= 1 and gr >= 1) if vs else None, f"write {fmt(gw)}x, read {fmt(gr)}x ({per})")
     summ.update(hdf5_write_vs_sz3=gw, hdf5_read_vs_sz3=gr)
     for peer in ("zfp", "sz"):  # informational
         q = [ok[k].ratio / ok[(*k[:4], peer)].ratio for k in ok
              if k[0] == "hdf5" and k[4] == "amrzip" and (*k[:4], peer) in ok]
         if q:
-            lines.append(f"- info: ratio ours/{peer.upper()} geomean {_f(geomean(q), '.3f')}, wins {sum(x >= 1 for x in q)}/{len(q)}")
+            lines.append(f"- info: ratio ours/{peer.upper()} geomean {fmt(geomean(q), '.3f')}, wins {sum(x >= 1 for x in q)}/{len(q)}")
     pairs = [(r, ok[(*k[:4], "sz3")]) for k, r in ok.items()
              if k[0] == "hdf5" and k[4] == "amrzip-speed" and (*k[:4], "sz3") in ok]
     for c in dict.fromkeys(r.chunking for r, _ in pairs):
         q = [(r.ratio / s.ratio, r.w_mbs / s.w_mbs, r.r_mbs / s.r_mbs) for r, s in pairs if r.chunking == c]
-        lines.append(f"- info: amrzip-speed/SZ3 {c}: ratio geomean {_f(geomean([x[0] for x in q]), '.3f')} "
-                     f"(wins {sum(x[0] >= 1 for x in q)}/{len(q)}), write {_f(geomean([x[1] for x in q]))}x, "
-                     f"read {_f(geomean([x[2] for x in q]))}x")
+        lines.append(f"- info: amrzip-speed/SZ3 {c}: ratio geomean {fmt(geomean([x[0] for x in q]), '.3f')} "
+                     f"(wins {sum(x[0] >= 1 for x in q)}/{len(q)}), write {fmt(geomean([x[1] for x in q]))}x, "
+                     f"read {fmt(geomean([x[2] for x in q]))}x")
     out += lines
 
     # zarr, ours against lossless Zstd: no criterion, the numbers only.
@@ -338,11 +339,11 @@ def summarize(results: list[Result], full: bool, threads_note: str) -> tuple[str
             ours = [r for r in results if r.part == "zarr" and r.codec == "amrzip" and (r.chunking, r.field) == (c, f)
                     and r.error is None]
             for r in ours:
-                rows.append([f, _chunk_label(r.chunks), f"{r.bound:g}", _f(r.ratio), _f(zstd and zstd.ratio),
-                             _f(zstd and r.ratio / zstd.ratio, ".1f"), _f(zstd and r.w_mbs / zstd.w_mbs),
-                             _f(zstd and r.r_mbs / zstd.r_mbs)])
+                rows.append([f, _chunk_label(r.chunks), f"{r.bound:g}", fmt(r.ratio), fmt(zstd and zstd.ratio),
+                             fmt(zstd and r.ratio / zstd.ratio, ".1f"), fmt(zstd and r.w_mbs / zstd.w_mbs),
+                             fmt(zstd and r.r_mbs / zstd.r_mbs)])
         out += ["", "## zarr summary (format 2): amrzip.zarr.Codec against numcodecs Zstd(level=3), lossless", "",
-                _table(["field", "chunks", "bound", "amrzip", "Zstd", "ratio ours/Zstd", "write ours/Zstd",
+                markdown_table(["field", "chunks", "bound", "amrzip", "Zstd", "ratio ours/Zstd", "write ours/Zstd",
                         "read ours/Zstd"], rows)]
 
     viol: dict[str, list[int]] = {}

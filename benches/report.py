@@ -14,6 +14,12 @@ def fmt(v, spec=".2f") -> str:
     return format(v, spec)
 
 
+def geomean(xs) -> float:
+    """Geometric mean of the positive finite numbers among ``xs`` (None, NaN and the rest left out); NaN for none."""
+    xs = [x for x in xs if x is not None and math.isfinite(x) and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table with padded columns."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -268,10 +267,6 @@ def kb(n) -> str:
     return f"{n / 1e3:,.1f}"
 
 
-def geomean(xs) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
 def sizes_of(runs) -> dict:
     """The store sizes of a case's runs (checked to be the same in every run)."""
     first = runs[0]
@@ -284,7 +279,7 @@ def sizes_of(runs) -> dict:
 
 
 def main(argv=None) -> int:
-    from report import markdown_table
+    from report import geomean, markdown_table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--baseline", type=Path, default=REPO.parent / "baseline",

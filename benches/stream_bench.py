@@ -27,7 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import codec_bench  # noqa: E402
 import datasets  # noqa: E402
-from codec_bench import _errors, _f, _load, _table, _timed, geomean, load_fields  # noqa: E402
+from codec_bench import _errors, _load, _timed, load_fields  # noqa: E402
+from report import fmt, geomean, markdown_table  # noqa: E402
 from target_bench import _floats  # noqa: E402
 
 import amrzip  # noqa: E402
@@ -195,17 +196,17 @@ def report_a(res: list[dict], crit: dict) -> str:
     for r in res:
         c = cases[(r["field"], r["rel"], r["chunk_mb"])] if r["arm"] == "adaptive" else None
         viol = r["err_over_eb"] > 1
-        rows.append([r["field"], f"{r['rel']:g}", f"{r['chunk_bytes'] / MiB:.2f}", r["arm"], _f(r["ratio"]),
-                     _f(c and c["loss_vs_rebuild"], "+.2f"), _f(c and c["loss_vs_independent"], "+.2f"),
-                     _f(r["c_mbs_1"], ".0f"), _f(r["d_mbs_1"], ".0f"), _f(r["c_mbs_all"], ".0f"), _f(r["d_mbs_all"], ".0f"),
-                     _f(c and c["c_x_rebuild_1"]), _f(c and c["c_x_independent_1"]),
+        rows.append([r["field"], f"{r['rel']:g}", f"{r['chunk_bytes'] / MiB:.2f}", r["arm"], fmt(r["ratio"]),
+                     fmt(c and c["loss_vs_rebuild"], "+.2f"), fmt(c and c["loss_vs_independent"], "+.2f"),
+                     fmt(r["c_mbs_1"], ".0f"), fmt(r["d_mbs_1"], ".0f"), fmt(r["c_mbs_all"], ".0f"), fmt(r["d_mbs_all"], ".0f"),
+                     fmt(c and c["c_x_rebuild_1"]), fmt(c and c["c_x_independent_1"]),
                      _counts(r["stats"]) if r["stats"] else "-",
-                     _f(r["err_over_eb"], ".3f") + (" !!VIOLATION" if viol else "")])
+                     fmt(r["err_over_eb"], ".3f") + (" !!VIOLATION" if viol else "")])
     out = ["## A. Throughput and ratio per chunk size (abs bound = rel x value range of the field)", "",
            "loss = 1 - ratio(adaptive) / ratio(baseline), in % (negative: adaptive is smaller); "
            "C x = adaptive compress MB/s over the baseline's, single thread; k/r/o/s = chunks that kept the codebook / "
            "built a new one / used a built-in one / started over (predictor chosen again).", "",
-           _table(["field", "bound", "chunk MiB", "arm", "ratio", "loss vs rebuild %", "loss vs indep %",
+           markdown_table(["field", "bound", "chunk MiB", "arm", "ratio", "loss vs rebuild %", "loss vs indep %",
                    "C MB/s 1t", "D MB/s 1t", "C MB/s all", "D MB/s all", "C x rebuild", "C x indep", "k/r/o/s",
                    "maxerr/eb"], rows), ""]
     cs = list(cases.values())
@@ -214,11 +215,11 @@ def report_a(res: list[dict], crit: dict) -> str:
     for base in ("rebuild", "independent"):
         for mb in sorted({c["chunk_mb"] for c in cs}):
             sub = [c for c in cs if c["chunk_mb"] == mb]
-            srows.append([base, str(mb), _f(geomean([c[f"c_x_{base}_1"] for c in sub])),
-                          _f(geomean([c[f"d_x_{base}_1"] for c in sub])), _f(geomean([c[f"c_x_{base}_all"] for c in sub])),
-                          _f(max(c[f"loss_vs_{base}"] for c in sub), "+.2f"),
+            srows.append([base, str(mb), fmt(geomean([c[f"c_x_{base}_1"] for c in sub])),
+                          fmt(geomean([c[f"d_x_{base}_1"] for c in sub])), fmt(geomean([c[f"c_x_{base}_all"] for c in sub])),
+                          fmt(max(c[f"loss_vs_{base}"] for c in sub), "+.2f"),
                           f"{sum(c[f'c_x_{base}_1'] >= NEED_SPEEDUP and c[f'loss_vs_{base}'] <= MAX_LOSS for c in sub)}/{len(sub)}"])
-    out += [_table(["baseline", "chunk MiB", "C x (1t)", "D x (1t)", "C x (all)", "worst loss %",
+    out += [markdown_table(["baseline", "chunk MiB", "C x (1t)", "D x (1t)", "C x (all)", "worst loss %",
                     f"cases >= {NEED_SPEEDUP}x and <= {MAX_LOSS:g}%"], srows), ""]
     for base, what in (("rebuild", "the same stream building a new codebook every chunk (codebook=\"rebuild\")"),
                        ("independent", "one amrzip.compress() per chunk (no stream: predictor and codebook per chunk)")):
@@ -280,9 +281,9 @@ def bench_b(fields, bounds, chunk_mb, stream_mib) -> list[dict]:
 
 
 def report_b(res: list[dict], crit: dict) -> str:
-    rows = [[r["field"], f"{r['rel']:g}", f"{r['chunk_bytes'] / MiB:.2f}", str(r["symbols"]), _f(r["keep_us"], ".0f"),
-             _f(r["rebuild_us"], ".0f"), _f(r["direct_us"], ".0f"), _f(r["indirect_us"], ".0f"),
-             _f(r["direct_share"], ".1f"), _f(r["indirect_share"], ".1f")] for r in res]
+    rows = [[r["field"], f"{r['rel']:g}", f"{r['chunk_bytes'] / MiB:.2f}", str(r["symbols"]), fmt(r["keep_us"], ".0f"),
+             fmt(r["rebuild_us"], ".0f"), fmt(r["direct_us"], ".0f"), fmt(r["indirect_us"], ".0f"),
+             fmt(r["direct_share"], ".1f"), fmt(r["indirect_share"], ".1f")] for r in res]
     shares = [r["direct_share"] for r in res]
     worst = max(res, key=lambda r: r["direct_share"])
     med = statistics.median(shares)
@@ -296,7 +297,7 @@ def report_b(res: list[dict], crit: dict) -> str:
         "one (min of 5); build direct = one covering codebook built and serialised in Rust (`_offline_codebook_set`, "
         "Python conversion subtracted); build indirect = rebuild - keep per chunk (also counts the table bytes, "
         "noisier); share = build / rebuild-chunk time.", "",
-        _table(["field", "bound", "chunk MiB", "symbols used", "keep us/chunk", "rebuild us/chunk", "build us direct",
+        markdown_table(["field", "bound", "chunk MiB", "symbols used", "keep us/chunk", "rebuild us/chunk", "build us direct",
                 "build us indirect", "share % direct", "share % indirect"], rows), "",
         f"- Build share of per-chunk compress time: median {med:.1f}%, max {worst['direct_share']:.1f}% "
         f"({worst['field']} at {worst['rel']:g}, {worst['chunk_mb']} MiB, {worst['symbols']} symbols).",
@@ -350,7 +351,7 @@ def bench_c(fields, bounds, books) -> list[dict]:
             out.append(r)
             _log(f"C {name:13s} {rel:<6g} rebuild {r['ratio_rebuild']:8.2f}  start over {r['ratio_start_over']:8.2f}  "
                  f"built-in chosen {st['offline']}/{st['records']}"
-                 + (f"  built-in bits {_f(r['costs']['vs_exact_pct'], '+.1f')}% vs exact" if r["costs"] else ""))
+                 + (f"  built-in bits {fmt(r['costs']['vs_exact_pct'], '+.1f')}% vs exact" if r["costs"] else ""))
     return out
 
 
@@ -363,9 +364,9 @@ def report_c(res: list[dict], books) -> str:
     for r in res:
         c = r["costs"]
         top = max(c["book_use"], key=c["book_use"].get) if c and c["book_use"] else None
-        rows.append([r["field"], f"{r['rel']:g}", _f(r["ratio_rebuild"]), _f(r["ratio_start_over"]), _f(r["gain_pct"], "+.2f"),
-                     f"{r['offline']}/{r['records']}", _f(c and c["vs_exact_pct"], "+.1f"),
-                     _f(c and c["vs_exact_table_pct"], "+.1f"),
+        rows.append([r["field"], f"{r['rel']:g}", fmt(r["ratio_rebuild"]), fmt(r["ratio_start_over"]), fmt(r["gain_pct"], "+.2f"),
+                     f"{r['offline']}/{r['records']}", fmt(c and c["vs_exact_pct"], "+.1f"),
+                     fmt(c and c["vs_exact_table_pct"], "+.1f"),
                      "-" if top is None else f"{names.get(top, top)} ({c['book_use'][top]})",
                      "-" if c is None else str(c["uncovered"])])
     return "\n".join(head + [
@@ -376,7 +377,7 @@ def report_c(res: list[dict], books) -> str:
         "built-in codebook against an exact codebook per chunk, without and with the exact table (CEAZ Fig. 9's "
         "comparison; + = the built-in codes are longer), over the chunks some built-in codebook covers (has a code "
         "for every symbol of).", "",
-        _table(["field", "bound", "ratio rebuild", "ratio start over", "difference %", "built-in chosen",
+        markdown_table(["field", "bound", "ratio rebuild", "ratio start over", "difference %", "built-in chosen",
                 "Huffman bits vs exact %", "vs exact + table %", "cheapest book (chunks)", "chunks not covered"], rows)])
 
 
@@ -408,7 +409,7 @@ def bench_d(parts, rows, eb, update_mb) -> list[dict]:
 def report_d(res: list[dict], total_mb: float) -> str:
     base = next(r for r in res if r["arm"] == "rebuild")
     best = max((r for r in res if r["arm"].startswith("interval")), key=lambda r: r["ratio"])
-    rows = [[r["arm"], _f(r["ratio"], ".3f"), _f(_loss(r["ratio"], base["ratio"]), "+.2f"), _f(r["mbs"], ".0f"),
+    rows = [[r["arm"], fmt(r["ratio"], ".3f"), fmt(_loss(r["ratio"], base["ratio"]), "+.2f"), fmt(r["mbs"], ".0f"),
              _counts(r["stats"])] for r in res]
     check = next(r for r in res if "err_over_eb" in r)
     return "\n".join([
@@ -416,7 +417,7 @@ def report_d(res: list[dict], total_mb: float) -> str:
         "(fields scaled to [0, 1]), single thread", "",
         "interval U = a new codebook once U MiB went by since the last one (update_elements = U MiB / 4 bytes); "
         "loss against a new codebook every chunk.", "",
-        _table(["codebook", "ratio", "loss vs rebuild %", "C MB/s", "k/r/o/s"], rows), "",
+        markdown_table(["codebook", "ratio", "loss vs rebuild %", "C MB/s", "k/r/o/s"], rows), "",
         f"- Best update size: {best['arm'].split()[1]} MiB (ratio {best['ratio']:.3f}); adaptive stream decoded with "
         f"max error {check['err_over_eb']:.3f} x the bound."])
 
@@ -468,8 +469,8 @@ def recommend(res: list[dict]) -> dict:
 
 
 def report_e(res: list[dict], rec: dict, total_mb: float) -> str:
-    rows = [[f"{r['abs']:g}", f"{r['keep']:g}", f"{r['rebuild']:g}", _f(r["ratio"], ".3f"), _f(r["loss"], "+.2f"),
-             _f(r["mbs"], ".0f"), _f(r["mbs"] / r["ref_mbs"]), _counts(r["stats"]), f"{r['caught']}/{r['boundaries']}",
+    rows = [[f"{r['abs']:g}", f"{r['keep']:g}", f"{r['rebuild']:g}", fmt(r["ratio"], ".3f"), fmt(r["loss"], "+.2f"),
+             fmt(r["mbs"], ".0f"), fmt(r["mbs"] / r["ref_mbs"]), _counts(r["stats"]), f"{r['caught']}/{r['boundaries']}",
              str(r["false_starts"])] for r in res]
     refs = {r["abs"]: (r["ref_ratio"], r["ref_mbs"]) for r in res}
     keep, reb = rec["keep"], rec["rebuild"]
@@ -493,7 +494,7 @@ def report_e(res: list[dict], rec: dict, total_mb: float) -> str:
                                                                  for eb, (q, m) in refs.items())
              + "); boundaries caught = field boundaries where the stream started over within 2 chunks; "
              "other = start-overs inside a field.", "",
-             _table(["abs", "keep", "rebuild", "ratio", "loss %", "C MB/s", "C x rebuild", "k/r/o/s",
+             markdown_table(["abs", "keep", "rebuild", "ratio", "loss %", "C MB/s", "C x rebuild", "k/r/o/s",
                      "boundaries caught", "other start-overs"], rows), "",
              f"**Recommended thresholds: keep = {keep:g}, rebuild = {reb:g}**  (`DEFAULT_THRESHOLDS = ({keep:g}, {reb:g})`)",
              "", *notes]
@@ -534,8 +535,8 @@ def report_f(res: list[dict], window: int = 6) -> str:
         for i in show:
             p = r["chunks"][i]
             rows.append([r["pair"], f"{i - r['switch']:+d}" if i >= r["switch"] - 2 else f"start+{i}", p["decision"],
-                         _f(p["ratio"]), _f(p["ideal"]), _f(p["ratio"] / p["ideal"], ".3f")])
-    lines += [_table(["stream", "chunk (vs switch)", "decision", "ratio", "ideal ratio", "ratio / ideal"], rows), ""]
+                         fmt(p["ratio"]), fmt(p["ideal"]), fmt(p["ratio"] / p["ideal"], ".3f")])
+    lines += [markdown_table(["stream", "chunk (vs switch)", "decision", "ratio", "ideal ratio", "ratio / ideal"], rows), ""]
     for r in res:
         rec = lambda n: "never" if n is None else f"{n} chunk(s)"  # noqa: E731
         lines.append(f"- {r['pair']}: within {100 * (1 - NEAR_IDEAL):.0f}% of the ideal {rec(r['recover_switch'])} after "
@@ -598,8 +599,8 @@ def bench_g(parts, eb) -> dict:
 
 
 def report_g(res: dict, crit: dict) -> str:
-    rows = [[{"drop": "yes", "keep": "no (naive memmap)"}[r["mode"]], str(r["threads"]), _f(r["peak_mb"], ".1f"),
-             _f(r["over_mb"], ".1f"), _f(r["chunks"], ".1f")] for r in res["runs"]]
+    rows = [[{"drop": "yes", "keep": "no (naive memmap)"}[r["mode"]], str(r["threads"]), fmt(r["peak_mb"], ".1f"),
+             fmt(r["over_mb"], ".1f"), fmt(r["chunks"], ".1f")] for r in res["runs"]]
     drop = [r for r in res["runs"] if r["mode"] == "drop"]
     worst = max(r["chunks"] for r in drop)
     state = "PASS" if worst <= MEM_MAX_CHUNKS else "FAIL"
@@ -610,7 +611,7 @@ def report_g(res: dict, crit: dict) -> str:
         f"Peak RSS of a subprocess that compresses the file, minus that of one that only imports amrzip and opens the "
         f"memmap ({res['base_mb']:.1f} MB).  \"pages dropped\" = each chunk's pages of the mapping released after its "
         "write (madvise DONTNEED); without it the mapped file itself fills RSS.", "",
-        _table(["pages dropped", "threads", "peak RSS MB", "over baseline MB", "x chunk"], rows), "",
+        markdown_table(["pages dropped", "threads", "peak RSS MB", "over baseline MB", "x chunk"], rows), "",
         f"- **{state}** G memory: at most {worst:.1f} x the chunk size over the baseline with pages dropped "
         f"(a small multiple: <= {MEM_MAX_CHUNKS:g})"])
 

@@ -24,7 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datasets  # noqa: E402
-from codec_bench import _errors, _f, _load, _table, _timed, load_fields  # noqa: E402
+from codec_bench import _errors, _load, _timed, load_fields  # noqa: E402
+from report import fmt, markdown_table  # noqa: E402
 
 import amrzip  # noqa: E402
 from amrzip._metrics import psnr  # noqa: E402
@@ -107,7 +108,7 @@ def coarsest(arr: np.ndarray, threads: int | None) -> dict:
 
 def _eob(r: Run) -> str:
     # a violation gets enough digits to show its size
-    return _f(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
+    return fmt(r.err_over_bound, ".9f" if r.violation else ".3f") + (" !!VIOLATION" if r.violation else "")
 
 
 def ratio_table(runs: list[Run]) -> str:
@@ -116,9 +117,9 @@ def ratio_table(runs: list[Run]) -> str:
         if r.error:
             rows.append([r.field, f"{r.target:g}", f"ERROR {r.error}"[:60]] + [""] * 5)
             continue
-        rows.append([r.field, f"{r.target:g}", _f(r.ratio), f"{r.ratio / r.target - 1:+.1%}" + (" (warned)" if r.warning else ""),
-                     _f(r.rel_bound, ".3g"), _eob(r), _f(r.psnr, ".1f"), _f(r.seconds)])
-    return _table(["field", "target ratio", "ratio", "deviation", "bound/range", "maxerr/bound", "PSNR dB", "seconds"], rows)
+        rows.append([r.field, f"{r.target:g}", fmt(r.ratio), f"{r.ratio / r.target - 1:+.1%}" + (" (warned)" if r.warning else ""),
+                     fmt(r.rel_bound, ".3g"), _eob(r), fmt(r.psnr, ".1f"), fmt(r.seconds)])
+    return markdown_table(["field", "target ratio", "ratio", "deviation", "bound/range", "maxerr/bound", "PSNR dB", "seconds"], rows)
 
 
 def psnr_table(runs: list[Run]) -> str:
@@ -127,14 +128,14 @@ def psnr_table(runs: list[Run]) -> str:
         if r.error:
             rows.append([r.field, f"{r.target:g}", f"ERROR {r.error}"[:60]] + [""] * 5)
             continue
-        rows.append([r.field, f"{r.target:g}", _f(r.psnr), f"{r.psnr - r.target:+.2f}", _f(r.ratio),
-                     _f(r.rel_bound, ".3g"), _eob(r), _f(r.seconds)])
-    return _table(["field", "target dB", "PSNR dB", "PSNR - target", "ratio", "bound/range", "maxerr/bound", "seconds"], rows)
+        rows.append([r.field, f"{r.target:g}", fmt(r.psnr), f"{r.psnr - r.target:+.2f}", fmt(r.ratio),
+                     fmt(r.rel_bound, ".3g"), _eob(r), fmt(r.seconds)])
+    return markdown_table(["field", "target dB", "PSNR dB", "PSNR - target", "ratio", "bound/range", "maxerr/bound", "seconds"], rows)
 
 
 def reach_table(reach: dict[str, dict]) -> str:
-    rows = [[n, _f(c["ratio"]), _f(c["psnr"])] for n, c in reach.items()]
-    return _table(["field", f"coarsest ratio (rel {COARSEST_REL:g})", "coarsest PSNR dB"], rows)
+    rows = [[n, fmt(c["ratio"]), fmt(c["psnr"])] for n, c in reach.items()]
+    return markdown_table(["field", f"coarsest ratio (rel {COARSEST_REL:g})", "coarsest PSNR dB"], rows)
 
 
 def _ratio_reason(r: Run, reach: dict) -> str:
