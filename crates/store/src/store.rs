@@ -413,7 +413,7 @@ mod tests {
 
     #[test]
     fn threads_creating_one_store_at_the_same_instant_all_get_it() {
-        // A reader that finds no root while another writer links it in must not give up.
+        // Eight threads opening or creating each of 500 stores at once: none may fail.
         let base = tmp("create");
         let barrier = std::sync::Barrier::new(8);
         let failed = std::sync::Mutex::new(Vec::new());
