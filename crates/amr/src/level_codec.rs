@@ -4,7 +4,7 @@
 //! decodes on its own and a region read decodes only the chunks it touches.
 
 use crate::unit_blocks::{gather, scatter, BoxView, Tiling};
-use amrzip_codec::blockset::{self, Block, BlockSetEncoder, PredictedBlock, PredictedSet, SharedCodebook};
+use amrzip_codec::blockset::{self, Block, BlockSetEncoder, Choice, PredictedBlock, PredictedSet, SharedCodebook};
 use amrzip_codec::{CodecError, Config, Element, Result};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -16,13 +16,15 @@ pub struct LevelStreams {
     pub codebooks: Vec<Vec<u8>>,
     /// Name of the predictor chosen for the level.
     pub predictor: &'static str,
+    /// The predictor choice, to code the level again without choosing afresh.
+    pub choice: Choice,
     /// (chunk index, bytes), in lattice order.
     pub chunks: Vec<(Vec<i64>, Vec<u8>)>,
     pub blocks: usize,
     pub partial_blocks: usize,
     pub stored_cells: usize,
-    /// With `measure`: the sum of (decoded - original) over the stored finite cells, decoded
-    /// from the bytes written, and how many cells it covers.
+    /// With `measure`: the sum of (decoded - original) over the stored finite cells, as the
+    /// encoder rebuilt them, and how many cells it covers.
     pub error: Option<(f64, u64)>,
 }
 
@@ -32,9 +34,10 @@ fn invalid(m: String) -> CodecError {
 
 /// Compresses the stored cells of `boxes` under the absolute bound `eb`. With `shared` false
 /// (an ablation), every chunk gets a codebook of its own. `adaptive_block` applies AMRIC's rule
-/// for the regression block edge. `measure` also decodes what was written to sum the errors
-/// (for keeping the level's mean). The chunks number their codebooks from `first_table` (the
-/// codebooks of other fields stored before these in the same array).
+/// for the regression block edge. `measure` also rebuilds the blocks as they are coded, to sum
+/// the errors (for keeping the level's mean). The chunks number their codebooks from
+/// `first_table` (the codebooks of other fields stored before these in the same array). With
+/// `choice` (an earlier coding's, see `LevelStreams::choice`) the predictor is not chosen again.
 #[allow(clippy::too_many_arguments)]
 pub fn compress_level<T: Element>(
     boxes: &[BoxView<T>],
@@ -45,46 +48,42 @@ pub fn compress_level<T: Element>(
     shared: bool,
     measure: bool,
     first_table: u32,
+    choice: Option<&Choice>,
 ) -> Result<LevelStreams> {
     let chunks = gather(boxes, tiling).map_err(invalid)?;
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
-    let encoder = BlockSetEncoder::new(&all, &tiling.unit, config, eb, adaptive_block)?;
+    let encoder = encoder(&all, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
     let sets: Vec<PredictedSet<T>> = chunks.par_iter().map(|(_, blocks)| encoder.predict(blocks)).collect::<Result<_>>()?;
     let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table)?;
     let encoded: Vec<(Vec<i64>, Vec<u8>)> = chunks.keys().cloned().zip(bytes).collect();
-    let error = if measure {
-        let pairs: Vec<(&Vec<Block<T>>, &Vec<u8>)> = chunks.values().zip(encoded.iter().map(|(_, b)| b)).collect();
-        // Summed chunk by chunk in lattice order, so the result does not depend on threads.
-        let per_chunk: Vec<(f64, u64)> = pairs
-            .par_iter()
-            .map(|&(blocks, bytes)| -> Result<(f64, u64)> {
-                let index = (blockset::info(bytes)?.codebook_index - first_table) as usize;
-                let decoded: Vec<Block<T>> = blockset::decode(bytes, &codebooks[index], &tiling.unit, eb, tiling.block_count())?;
-                Ok(blocks.iter().zip(&decoded).fold((0.0, 0), |acc, (a, b)| {
-                    a.values.iter().zip(&b.values).enumerate().fold(acc, |(sum, n), (i, (x, y))| {
-                        let (x, y) = (x.to_f64(), y.to_f64());
-                        if a.mask.as_ref().is_some_and(|m| !m[i]) || !x.is_finite() {
-                            (sum, n)
-                        } else {
-                            (sum + (y - x), n + 1)
-                        }
-                    })
-                }))
-            })
-            .collect::<Result<_>>()?;
-        Some(per_chunk.iter().fold((0.0, 0), |(s, n), &(a, b)| (s + a, n + b)))
-    } else {
-        None
-    };
+    // The encoder rebuilt each block as a decoder will; summed chunk by chunk in lattice order,
+    // so the result does not depend on threads.
+    let error = sets.iter().map(PredictedSet::error).try_fold((0.0, 0), |(s, n), e| e.map(|(a, b)| (s + a, n + b)));
     Ok(LevelStreams {
         codebooks: codebooks.iter().map(SharedCodebook::to_bytes).collect(),
         predictor: encoder.predictor_name(),
+        choice: encoder.choice(),
         chunks: encoded,
         blocks: all.len(),
         partial_blocks: all.iter().filter(|b| b.mask.is_some()).count(),
         stored_cells: all.iter().map(|b| b.mask.as_ref().map_or(b.values.len(), |m| m.iter().filter(|&&v| v).count())).sum(),
         error,
     })
+}
+
+/// The encoder of `blocks` with `choice`, or choosing the predictor on them.
+fn encoder<T: Element>(
+    blocks: &[&Block<T>],
+    tiling: &Tiling,
+    config: &Config,
+    eb: f64,
+    adaptive_block: bool,
+    choice: Option<&Choice>,
+) -> Result<BlockSetEncoder> {
+    match choice {
+        Some(c) => BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block),
+        None => BlockSetEncoder::new(blocks, &tiling.unit, config, eb, adaptive_block),
+    }
 }
 
 /// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
@@ -111,8 +110,9 @@ fn encode_sets<T: Element>(
 
 /// The bytes (chunks and codebooks) `compress_level` stores for `boxes` with the unit block of
 /// `tiling` and each chunk shape of `chunk_shapes`: the layout trials of a write. Every block is
-/// predicted once, with the predictor chosen over the blocks in `tiling`'s chunk order, and
-/// then grouped into each shape's chunks.
+/// predicted once, with `choice` or the predictor chosen over the blocks in `tiling`'s chunk
+/// order, and then grouped into each shape's chunks. Returns the sizes and the choice.
+#[allow(clippy::too_many_arguments)]
 pub fn trial_sizes<T: Element>(
     boxes: &[BoxView<T>],
     tiling: &Tiling,
@@ -121,7 +121,8 @@ pub fn trial_sizes<T: Element>(
     eb: f64,
     adaptive_block: bool,
     shared: bool,
-) -> Result<Vec<usize>> {
+    choice: Option<&Choice>,
+) -> Result<(Vec<usize>, Choice)> {
     let tilings: Vec<Tiling> = chunk_shapes
         .iter()
         .map(|c| Tiling::new(tiling.origin.clone(), tiling.unit.clone(), c.clone()))
@@ -129,14 +130,14 @@ pub fn trial_sizes<T: Element>(
         .map_err(invalid)?;
     let chunks = gather(boxes, tiling).map_err(invalid)?;
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
-    let encoder = BlockSetEncoder::new(&all, &tiling.unit, config, eb, adaptive_block)?;
+    let encoder = encoder(&all, tiling, config, eb, adaptive_block, choice)?;
     // (lattice index, prediction) of every block.
     let predicted: Vec<(Vec<i64>, PredictedBlock<T>)> = chunks
         .par_iter()
         .flat_map_iter(|(c, blocks)| blocks.iter().map(move |b| (c, b)))
         .map(|(c, b)| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p)))
         .collect::<Result<_>>()?;
-    tilings
+    let sizes = tilings
         .iter()
         .map(|t| {
             let mut grouped: BTreeMap<Vec<i64>, Vec<PredictedBlock<T>>> = BTreeMap::new();
@@ -154,7 +155,8 @@ pub fn trial_sizes<T: Element>(
             let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0)?;
             Ok(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>())
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((sizes, encoder.choice()))
 }
 
 /// Decodes `chunks` ((chunk index, bytes), those a region touches) into a C-order array over

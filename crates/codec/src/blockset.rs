@@ -17,6 +17,7 @@ use crate::compressor::{read_parts, read_segments, write_parts, write_segments};
 use crate::element::{DType, Element};
 use crate::entropy::frames;
 use crate::entropy::huffman::{self, Codebook};
+use crate::entropy::rans;
 use crate::entropy::residuals::{self, Near, Start, NEIGHBOURS, NONE};
 use crate::error::{corrupt, CodecError, Result};
 use crate::nonfinite;
@@ -30,10 +31,12 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 const MAGIC: &[u8; 2] = b"AB";
-/// The version byte says how the symbols are coded: Huffman segments (speed mode, and every
-/// set written before range coding) or range-coded (ratio mode).
+/// The version byte says how the symbols are coded: Huffman segments (speed mode), adaptively
+/// range-coded (ratio mode, as written before the table-driven coder) or table-driven context
+/// coded (ratio mode).
 const HUFFMAN: u8 = 1;
 const RANGE_CODED: u8 = 2;
+const TABLED: u8 = 3;
 /// The zero-residual symbol of the quantization radius every block set uses.
 const ZERO: u16 = DEFAULT_RADIUS as u16;
 /// Blocks sampled to choose the predictor: enough to see the field's character, few enough
@@ -54,18 +57,22 @@ pub struct Block<T> {
     pub mask: Option<Vec<bool>>,
 }
 
-/// What the block sets of an array share: how their symbols are coded (a Huffman codebook,
-/// or the range coder's learnt start) and, when its blocks use fitted prediction, the weights.
+/// What the block sets of an array share: how their symbols are coded (a Huffman codebook, the
+/// context coder's tables, or as written before those the range coder's learnt start) and,
+/// when its blocks use fitted prediction, the weights.
 pub struct SharedCodebook {
-    /// Empty when the sets are range-coded.
+    /// Empty when the sets are context-coded.
     codebook: Codebook,
     start: Option<Start>,
+    tables: Option<rans::Tables>,
     weights: Option<Weights>,
 }
 
-/// Mark the range coder's start and the fitted prediction weights after the codebook (`'W'`:
-/// every weight, as written before `'F'`, whose first weights are implied).
+/// Mark the range coder's start, the context coder's tables and the fitted prediction weights
+/// after the codebook (`'W'`: every weight, as written before `'F'`, whose first weights are
+/// implied).
 const START_TAG: u8 = b'R';
+const TABLES_TAG: u8 = b'T';
 const WEIGHTS_TAG: u8 = b'F';
 const ALL_WEIGHTS_TAG: u8 = b'W';
 
@@ -76,6 +83,10 @@ impl SharedCodebook {
         if let Some(start) = &self.start {
             out.push(START_TAG);
             start.write(&mut out);
+        }
+        if let Some(tables) = &self.tables {
+            out.push(TABLES_TAG);
+            tables.write(&mut out);
         }
         if let Some(w) = &self.weights {
             out.push(WEIGHTS_TAG);
@@ -88,14 +99,22 @@ impl SharedCodebook {
     pub fn from_bytes(bytes: &[u8]) -> Result<SharedCodebook> {
         let (codebook, used) = Codebook::read(bytes, 2 * DEFAULT_RADIUS as usize)?;
         let mut r = ByteReader::new(&bytes[used..]);
-        let (mut start, mut weights) = (None, None);
-        // Each table at most once, in this order.
+        let (mut start, mut tables, mut weights) = (None, None, None);
+        // At most one of the start and the tables, then the weights.
         let mut tag = r.remaining().checked_sub(1).map(|_| r.u8("shared table tag")).transpose()?;
-        if tag == Some(START_TAG) {
+        if matches!(tag, Some(START_TAG | TABLES_TAG)) {
             if codebook.symbol_limit() != 0 {
-                return Err(corrupt!("a range coder's start beside a Huffman codebook"));
+                return Err(corrupt!("context coder statistics beside a Huffman codebook"));
             }
-            start = Some(Start::read(&mut r)?);
+            if tag == Some(START_TAG) {
+                start = Some(Start::read(&mut r)?);
+            } else {
+                let t = rans::Tables::read(&mut r)?;
+                if t.contexts() != residuals::CONTEXTS {
+                    return Err(corrupt!("context coder tables for {} contexts, not {}", t.contexts(), residuals::CONTEXTS));
+                }
+                tables = Some(t);
+            }
             tag = r.remaining().checked_sub(1).map(|_| r.u8("shared table tag")).transpose()?;
         }
         match tag {
@@ -106,7 +125,7 @@ impl SharedCodebook {
         if r.remaining() != 0 {
             return Err(corrupt!("{} unexpected bytes after the shared tables", r.remaining()));
         }
-        Ok(SharedCodebook { codebook, start, weights })
+        Ok(SharedCodebook { codebook, start, tables, weights })
     }
 }
 
@@ -150,6 +169,8 @@ pub struct BlockSetEncoder {
     /// stencils for the unit shape.
     fitted: Option<(Weights, fitted::Walker)>,
     preset: Preset,
+    /// Whether blocks are rebuilt as they are predicted, to sum their errors.
+    measure: bool,
 }
 
 /// Regression block edge for unit blocks of edge `unit_edge` (AMRIC's adaptive rule in 3-D: a
@@ -162,6 +183,15 @@ pub fn regression_block(ndim: usize, unit_edge: usize, adaptive: bool) -> usize 
     } else {
         default.min(unit_edge.max(2))
     }
+}
+
+/// An encoder's predictor choice, to code the same array again (with another unit block or
+/// bound) without choosing afresh: choosing tries every candidate on a sample, which costs as
+/// much as predicting a small level.
+#[derive(Clone)]
+pub struct Choice {
+    predictor: Predictor,
+    weights: Option<Weights>,
 }
 
 impl BlockSetEncoder {
@@ -177,10 +207,7 @@ impl BlockSetEncoder {
         adaptive_block: bool,
     ) -> Result<BlockSetEncoder> {
         check_unit(unit)?;
-        if !(eb.is_finite() && eb >= 0.0) {
-            return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
-        }
-        let q = Quantizer::new(eb, DEFAULT_RADIUS);
+        let q = checked_quantizer(eb)?;
         let n = unit.iter().product::<usize>();
         // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
         let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) =
@@ -196,14 +223,32 @@ impl BlockSetEncoder {
         // gains least where absent cells cut its stencil, so full blocks alone flatter it.
         let judge = || spread(&sample.iter().filter(|b| b.values.len() == n).collect::<Vec<_>>());
         let edge = *unit.iter().max().unwrap_or(&1);
-        let (predictor, fitted) = if samples.is_empty() {
+        let (predictor, weights) = if samples.is_empty() {
             (Predictor::Lorenzo, None)
         } else {
             let cells = sample.iter().map(|b| b.mask.as_ref().map_or(n, |m| m.iter().filter(|&&v| v).count())).sum();
             selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block), cells)
         };
-        let fitted = fitted.and_then(|w| fitted::Walker::new(unit, &w).map(|walker| (w, walker)));
-        Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, fitted, preset: config.preset })
+        BlockSetEncoder::with_choice(&Choice { predictor, weights }, unit, config, eb, adaptive_block)
+    }
+
+    /// An encoder using `choice` (another encoder's, for blocks of any shape of its
+    /// dimensions; a regression block edge follows `unit` as in `new`).
+    pub fn with_choice(choice: &Choice, unit: &[usize], config: &Config, eb: f64, adaptive_block: bool) -> Result<BlockSetEncoder> {
+        check_unit(unit)?;
+        let q = checked_quantizer(eb)?;
+        let edge = *unit.iter().max().unwrap_or(&1);
+        let predictor = match choice.predictor {
+            Predictor::Regression { .. } => Predictor::Regression { block: regression_block(unit.len(), edge, adaptive_block) },
+            p => p,
+        };
+        let fitted = choice.weights.clone().and_then(|w| fitted::Walker::new(unit, &w).map(|walker| (w, walker)));
+        Ok(BlockSetEncoder { unit: unit.to_vec(), q, predictor, fitted, preset: config.preset, measure: false })
+    }
+
+    /// The predictor choice, for `with_choice`.
+    pub fn choice(&self) -> Choice {
+        Choice { predictor: self.predictor, weights: self.weights().cloned() }
     }
 
     /// The name of the predictor the blocks use.
@@ -220,15 +265,30 @@ impl BlockSetEncoder {
         self.fitted.as_ref().map(|(w, _)| w)
     }
 
-    /// What `sets` share, to be stored once beside them: in ratio mode the range coder's start,
-    /// learnt from all their symbols; in speed mode one Huffman codebook for them all.
+    /// What `sets` share, to be stored once beside them: in ratio mode the context coder's
+    /// tables, learnt from all their symbols; in speed mode one Huffman codebook for them all.
     pub fn shared_tables<T: Element>(&self, sets: &[PredictedSet<T>]) -> SharedCodebook {
         let weights = self.weights().cloned();
         match self.preset {
             Preset::Ratio => {
-                let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
-                let start = Start::learn(streams.iter().map(|(s, n)| (s.as_slice(), n.as_slice())), ZERO, neighbour_count(self.unit.len()));
-                SharedCodebook { codebook: Codebook::from_histogram(&[]), start: Some(start), weights }
+                let count = neighbour_count(self.unit.len());
+                let counts = sets
+                    .par_iter()
+                    .fold(
+                        || rans::Counts::new(residuals::CONTEXTS),
+                        |mut acc, s| {
+                            residuals::count_tokens(&s.symbols(), ZERO, &s.near(), count, &mut acc);
+                            acc
+                        },
+                    )
+                    .reduce(
+                        || rans::Counts::new(residuals::CONTEXTS),
+                        |mut a, b| {
+                            a.merge(&b);
+                            a
+                        },
+                    );
+                SharedCodebook { codebook: Codebook::from_histogram(&[]), start: None, tables: Some(counts.tables()), weights }
             }
             Preset::Speed => {
                 let mut h = vec![0u64; self.q.alphabet()];
@@ -237,7 +297,7 @@ impl BlockSetEncoder {
                         huffman::add_counts(&mut h, &b.coded.symbols);
                     }
                 }
-                SharedCodebook { codebook: Codebook::from_histogram(&h), start: None, weights }
+                SharedCodebook { codebook: Codebook::from_histogram(&h), start: None, tables: None, weights }
             }
         }
     }
@@ -264,13 +324,24 @@ impl BlockSetEncoder {
             return Err(CodecError::InvalidInput(format!("a block does not have the {n} values of the unit shape {:?}", self.unit)));
         }
         let (values, patches) = marked(b);
-        let (kind, mut coded) = match (&self.fitted, b.mask.is_some(), self.predictor) {
-            (Some((_, walker)), _, _) => (BlockKind::Fitted { by_stored: true }, fitted::encode(&values, &self.q, walker)),
+        let (kind, mut coded, rebuilt) = match (&self.fitted, b.mask.is_some(), self.predictor) {
+            (Some((_, walker)), _, _) => {
+                let (coded, rebuilt) = fitted::encode(&values, &self.q, walker);
+                (BlockKind::Fitted { by_stored: true }, coded, Some(rebuilt))
+            }
             // Dual quantization prequantizes every cell, absent ones included: Lorenzo instead.
             (None, true, Predictor::DualQuant) => {
-                (BlockKind::Kind(PredictorKind::Lorenzo), predictor::encode(&Predictor::Lorenzo, values, &self.unit, &self.q))
+                (BlockKind::Kind(PredictorKind::Lorenzo), predictor::encode(&Predictor::Lorenzo, values, &self.unit, &self.q), None)
             }
-            (None, _, p) => (BlockKind::Kind(p.kind()), predictor::encode(&p, values, &self.unit, &self.q)),
+            (None, _, p) => (BlockKind::Kind(p.kind()), predictor::encode(&p, values, &self.unit, &self.q), None),
+        };
+        let error = match (self.measure, rebuilt, kind) {
+            (false, ..) => None,
+            (true, Some(rebuilt), _) => Some(error_sum(b, &rebuilt)),
+            (true, None, BlockKind::Kind(k)) => {
+                Some(error_sum(b, &predictor::decode(k, &self.unit, &self.q, &coded.symbols, None, &coded.exact, &coded.side)?))
+            }
+            (true, None, BlockKind::Fitted { .. }) => unreachable!("fitted blocks are rebuilt as they are coded"),
         };
         // Absent cells are not coded at all: the decoder knows where they fall in the walk.
         if !coded.absent.is_empty() {
@@ -282,8 +353,25 @@ impl BlockSetEncoder {
                 keep
             });
         }
-        Ok(PredictedBlock { position: b.position, kind, mask: b.mask.clone(), patches, coded })
+        Ok(PredictedBlock { position: b.position, kind, mask: b.mask.clone(), patches, coded, error })
     }
+
+    /// Also sums each block's errors as it is predicted (see `PredictedSet::error`).
+    pub fn measuring(self, measure: bool) -> BlockSetEncoder {
+        BlockSetEncoder { measure, ..self }
+    }
+}
+
+/// The sum of (rebuilt - original) over a block's stored finite cells, and how many they are.
+fn error_sum<T: Element>(b: &Block<T>, rebuilt: &[T]) -> (f64, u64) {
+    let mut sum = (0.0, 0);
+    for (i, (x, y)) in b.values.iter().zip(rebuilt).enumerate() {
+        let x = x.to_f64();
+        if x.is_finite() && b.mask.as_ref().is_none_or(|m| m[i]) {
+            sum = (sum.0 + (y.to_f64() - x), sum.1 + 1);
+        }
+    }
+    sum
 }
 
 /// The block's values ready for a predictor: non-finite stored values patched out (and
@@ -310,6 +398,8 @@ pub struct PredictedBlock<T> {
     mask: Option<Vec<bool>>,
     patches: Vec<(usize, T)>,
     coded: Coded<T>,
+    /// With a measuring encoder: `error_sum` of what a decoder rebuilds.
+    error: Option<(f64, u64)>,
 }
 
 impl<T> PredictedBlock<T> {
@@ -331,6 +421,12 @@ pub struct PredictedSet<T> {
 }
 
 impl<T: Element> PredictedSet<T> {
+    /// The summed error (rebuilt - original) over the stored finite cells and their count,
+    /// block after block; `None` unless the encoder was measuring.
+    pub fn error(&self) -> Option<(f64, u64)> {
+        self.blocks.iter().try_fold((0.0, 0), |(s, n), b| b.error.map(|(e, c)| (s + e, n + c)))
+    }
+
     /// The symbols of its blocks, in block order.
     fn symbols(&self) -> Vec<u16> {
         self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect()
@@ -369,10 +465,16 @@ impl<T: Element> PredictedSet<T> {
             write_parts(&mut raw, &b.patches, side, &b.coded.exact);
         }
         let symbols = self.symbols();
-        // Range-coded symbols follow the lossless frames: zstd finds nothing in them.
-        let (version, ranged) = match &codebook.start {
-            Some(start) => (RANGE_CODED, residuals::encode(&symbols, ZERO, start, &self.near(), neighbour_count(self.unit.len()))),
-            None => {
+        // Context-coded symbols follow the lossless frames: zstd finds nothing in them.
+        let count = neighbour_count(self.unit.len());
+        let (version, ranged) = match (&codebook.tables, &codebook.start) {
+            (Some(tables), _) => {
+                let mut coded = Vec::new();
+                residuals::encode_tabled(&symbols, ZERO, tables, &self.near(), count, &mut coded)?;
+                (TABLED, coded)
+            }
+            (None, Some(start)) => (RANGE_CODED, residuals::encode(&symbols, ZERO, start, &self.near(), count)),
+            (None, None) => {
                 write_segments(&mut raw, &symbols, &codebook.codebook)?;
                 (HUFFMAN, Vec::new())
             }
@@ -384,7 +486,7 @@ impl<T: Element> PredictedSet<T> {
         put_varint(&mut out, codebook_index as u64);
         put_varint(&mut out, self.blocks.len() as u64);
         put_varint(&mut out, raw.len() as u64);
-        if version == RANGE_CODED {
+        if version != HUFFMAN {
             put_varint(&mut out, ranged.len() as u64);
         }
         put_varint(&mut out, common_side.len() as u64);
@@ -481,6 +583,13 @@ fn near_table<'a>(blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>,
     out
 }
 
+fn checked_quantizer(eb: f64) -> Result<Quantizer> {
+    if !(eb.is_finite() && eb >= 0.0) {
+        return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
+    }
+    Ok(Quantizer::new(eb, DEFAULT_RADIUS))
+}
+
 fn check_unit(unit: &[usize]) -> Result<()> {
     if unit.is_empty()
         || unit.len() > 4
@@ -524,8 +633,8 @@ fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
     }
     let mut r = ByteReader::new(&body[2..]);
     let version = r.u8("version")?;
-    if version != HUFFMAN && version != RANGE_CODED {
-        return Err(corrupt!("unsupported block set version {version} (this build reads versions {HUFFMAN} and {RANGE_CODED})"));
+    if !(HUFFMAN..=TABLED).contains(&version) {
+        return Err(corrupt!("unsupported block set version {version} (this build reads versions {HUFFMAN} to {TABLED})"));
     }
     let dtype = DType::from_code(r.u8("dtype")?).ok_or_else(|| corrupt!("unknown dtype code"))?;
     if r.u8("preset")? > 1 {
@@ -535,7 +644,7 @@ fn read_header(bytes: &[u8]) -> Result<Header<'_>> {
     let codebook_index = u32::try_from(r.varint("codebook index")?).map_err(|_| corrupt!("codebook index out of range"))?;
     let blocks = r.bounded_varint(u32::MAX as u64, "block count")? as usize;
     let raw_len = r.varint("raw length")?;
-    let ranged_len = if version == RANGE_CODED { r.bounded_varint(r.remaining() as u64, "range-coded length")? as usize } else { 0 };
+    let ranged_len = if version != HUFFMAN { r.bounded_varint(r.remaining() as u64, "context-coded length")? as usize } else { 0 };
     let side_len = r.bounded_varint(r.remaining() as u64, "side length")? as usize;
     let common_side = r.take(side_len, "common side information")?;
     let rest = &body[2 + r.position()..];
@@ -554,9 +663,7 @@ pub fn info(bytes: &[u8]) -> Result<BlockSetInfo> {
 /// `info(bytes).codebook_index`), `max_position` bounds the positions (the block grid's size).
 pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize], eb: f64, max_position: u64) -> Result<Vec<Block<T>>> {
     check_unit(unit)?;
-    if !(eb.is_finite() && eb >= 0.0) {
-        return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
-    }
+    let q = checked_quantizer(eb)?;
     let h = read_header(bytes)?;
     let info = &h.info;
     if info.dtype != T::DTYPE {
@@ -569,7 +676,6 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     }
     let raw = frames::unpack(h.packed, h.raw_len)?;
     let mut r = ByteReader::new(&raw);
-    let q = Quantizer::new(eb, DEFAULT_RADIUS);
     let mut heads = Vec::with_capacity(info.blocks);
     let mut previous: Option<u64> = None;
     for _ in 0..info.blocks {
@@ -607,17 +713,24 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     if codebook.codebook.symbol_limit() > q.alphabet() {
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
-    let symbols = match (h.version, &codebook.start) {
-        (RANGE_CODED, Some(start)) => {
-            if r.remaining() != 0 {
-                return Err(corrupt!("{} unexpected bytes after the block records", r.remaining()));
-            }
-            let mut symbols = vec![0u16; total];
-            let near = near_table(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), unit);
-            residuals::decode(h.ranged, ZERO, q.alphabet(), start, &near, neighbour_count(unit.len()), &mut symbols)?;
-            symbols
+    let context_coded = |decode: &NearDecoder| -> Result<Vec<u16>> {
+        if r.remaining() != 0 {
+            return Err(corrupt!("{} unexpected bytes after the block records", r.remaining()));
         }
-        (RANGE_CODED, None) => return Err(corrupt!("a range-coded block set, but the array's tables have no range coder start")),
+        let mut symbols = vec![0u16; total];
+        decode(&near_table(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), unit), &mut symbols)?;
+        Ok(symbols)
+    };
+    let count = neighbour_count(unit.len());
+    let symbols = match (h.version, &codebook.start, &codebook.tables) {
+        (RANGE_CODED, Some(start), _) => {
+            context_coded(&|near, out| residuals::decode(h.ranged, ZERO, q.alphabet(), start, near, count, out))?
+        }
+        (TABLED, _, Some(tables)) => {
+            context_coded(&|near, out| residuals::decode_tabled(h.ranged, ZERO, q.alphabet(), tables, near, count, out))?
+        }
+        (RANGE_CODED, ..) => return Err(corrupt!("a range-coded block set, but the array's tables have no range coder start")),
+        (TABLED, ..) => return Err(corrupt!("a context-coded block set, but the array has no context coder tables")),
         _ => read_segments(&mut r, total, &codebook.codebook)?.0,
     };
     // Stencils only for a set that has fitted blocks.
@@ -658,6 +771,9 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
         })
         .collect()
 }
+
+/// Decodes a set's context-coded symbols given their neighbours in space.
+type NearDecoder<'a> = dyn Fn(&[Near], &mut [u16]) -> Result<()> + 'a;
 
 /// A partial block's symbols with the zero-residual code put back at its absent cells, which
 /// the encoder dropped: their places in the walk come from walking a stand-in block with the
@@ -709,22 +825,37 @@ mod tests {
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-3, adaptive).unwrap();
             let set = enc.predict(&blocks).unwrap();
             let codebook = enc.shared_tables(std::slice::from_ref(&set));
-            let bytes = set.finish(&codebook, 0).unwrap();
-            assert_eq!(bytes[2], if preset == Preset::Ratio { RANGE_CODED } else { HUFFMAN });
-            let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
-            let back = decode::<f64>(&bytes, &codebook, &unit, 1e-3, 60).unwrap();
-            assert_eq!(back.len(), blocks.len());
-            for (a, b) in blocks.iter().zip(&back) {
-                assert_eq!((a.position, &a.mask), (b.position, &b.mask));
-                for (i, (x, y)) in a.values.iter().zip(&b.values).enumerate() {
-                    if a.mask.as_ref().is_some_and(|m| !m[i]) {
-                        continue;
-                    }
-                    assert!(x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-3, "{x} {y}");
-                }
+            let mut written = vec![(TABLED, codebook)];
+            if preset == Preset::Ratio {
+                written.push((RANGE_CODED, legacy(&set, &enc)));
+            } else {
+                written[0].0 = HUFFMAN;
             }
-            assert!(decode::<f64>(&bytes, &codebook, &unit, 1e-3, 50).is_err(), "positions beyond the grid are refused");
+            for (version, codebook) in written {
+                let bytes = set.finish(&codebook, 0).unwrap();
+                assert_eq!(bytes[2], version);
+                let codebook = SharedCodebook::from_bytes(&codebook.to_bytes()).unwrap();
+                let back = decode::<f64>(&bytes, &codebook, &unit, 1e-3, 60).unwrap();
+                assert_eq!(back.len(), blocks.len());
+                for (a, b) in blocks.iter().zip(&back) {
+                    assert_eq!((a.position, &a.mask), (b.position, &b.mask));
+                    for (i, (x, y)) in a.values.iter().zip(&b.values).enumerate() {
+                        if a.mask.as_ref().is_some_and(|m| !m[i]) {
+                            continue;
+                        }
+                        assert!(x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-3, "{x} {y}");
+                    }
+                }
+                assert!(decode::<f64>(&bytes, &codebook, &unit, 1e-3, 50).is_err(), "positions beyond the grid are refused");
+            }
         }
+    }
+
+    /// The tables of block sets as written before the context coder: the range coder's start.
+    fn legacy<T: Element>(set: &PredictedSet<T>, enc: &BlockSetEncoder) -> SharedCodebook {
+        let (symbols, near) = (set.symbols(), set.near());
+        let start = Start::learn([(&symbols[..], &near[..])], ZERO, neighbour_count(set.unit.len()));
+        SharedCodebook { codebook: Codebook::from_histogram(&[]), start: Some(start), tables: None, weights: enc.weights().cloned() }
     }
 
     #[test]
@@ -797,6 +928,28 @@ mod tests {
     }
 
     #[test]
+    fn measured_errors_are_those_of_the_decoded_blocks() {
+        let unit = [16, 16, 16];
+        let mut blocks = smooth_blocks();
+        blocks[2].values[5] = f64::INFINITY; // patched out, not counted
+        let eb = 1e-3;
+        for predictor in [None, Some(PredictorKind::Lorenzo), Some(PredictorKind::Regression), Some(PredictorKind::Interpolation)] {
+            let config = Config { predictor, ..Config::new(ErrorBound::Absolute(eb)) };
+            let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, eb, true).unwrap().measuring(true);
+            let set = enc.predict(&blocks).unwrap();
+            let codebook = enc.shared_tables(std::slice::from_ref(&set));
+            let back = decode::<f64>(&set.finish(&codebook, 0).unwrap(), &codebook, &unit, eb, 10).unwrap();
+            let decoded = blocks.iter().zip(&back).fold((0.0, 0), |(s, n), (a, b)| {
+                let (e, c) = error_sum(a, &b.values);
+                (s + e, n + c)
+            });
+            let measured = set.error().expect("a measuring encoder");
+            assert_eq!(measured.1, decoded.1, "{predictor:?}");
+            assert!((measured.0 - decoded.0).abs() <= 1e-9 * eb * decoded.1 as f64, "{predictor:?}: {measured:?} vs {decoded:?}");
+        }
+    }
+
+    #[test]
     fn fitted_blocks_round_trip_and_need_their_weights() {
         let unit = [16, 16, 16];
         let blocks = smooth_blocks();
@@ -814,10 +967,10 @@ mod tests {
                 assert!(a.mask.as_ref().is_some_and(|m| !m[i]) || (x - y).abs() <= eb, "block {} cell {i}: {x} {y}", a.position);
             }
         }
-        // The same tables without the weights cannot decode the set, nor without the start.
+        // The same tables without the weights cannot decode the set, nor without the context tables.
         let bare = SharedCodebook { weights: None, ..codebook };
         assert!(decode::<f64>(&bytes, &bare, &unit, eb, 10).is_err());
-        let huffman = SharedCodebook { start: None, weights: enc.weights().cloned(), ..bare };
+        let huffman = SharedCodebook { tables: None, weights: enc.weights().cloned(), ..bare };
         assert!(decode::<f64>(&bytes, &huffman, &unit, eb, 10).is_err());
     }
 
@@ -829,8 +982,8 @@ mod tests {
                 .unwrap();
         let shared = enc.shared_tables(&[enc.predict(&blocks).unwrap()]);
         let tables = shared.to_bytes();
-        // An empty codebook, the range coder's start, the weights.
-        assert_eq!(tables[..2], [0, START_TAG]);
+        // An empty codebook, the context coder's tables, the weights.
+        assert_eq!(tables[..2], [0, TABLES_TAG]);
         let weights_at = SharedCodebook { weights: None, ..shared }.to_bytes().len();
         assert_eq!(tables[weights_at], WEIGHTS_TAG);
         for cut in (2..tables.len()).filter(|&c| c != weights_at) {

@@ -222,7 +222,7 @@ pub fn choose_for_blocks<T: Element>(
     if judge.iter().any(|(_, shape)| shape != walker.shape()) {
         return (standard, None);
     }
-    let coded: Vec<Coded<T>> = judge.par_iter().map(|(data, _)| fitted::encode(data, q, &walker)).collect();
+    let coded: Vec<Coded<T>> = judge.par_iter().map(|(data, _)| fitted::encode(data, q, &walker).0).collect();
     // The weights are stored too (and read with every region): their share of the judged cells.
     let mut table = Vec::new();
     weights.write(&mut table);

@@ -8,4 +8,5 @@ pub mod frames;
 pub mod huffman;
 pub mod offline;
 pub mod rangecoder;
+pub mod rans;
 pub mod residuals;

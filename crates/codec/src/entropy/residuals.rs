@@ -17,6 +17,7 @@
 //! state: learnt from the whole array and stored once beside its sets (format.md, 14.3).
 
 use super::rangecoder::{Decoder, Encoder, Prob};
+use super::rans;
 use crate::bytes::{put_varint, ByteReader};
 use crate::error::{corrupt, Result};
 
@@ -93,6 +94,21 @@ fn residual(coder: &mut impl Coder, c: usize, prev_negative: bool, d: i32) -> i3
     }
 }
 
+/// Codes a residual in its context (class, sign of the last nonzero residual): as binary
+/// decisions (`Binary`) or as one token of a context's table (`rans`).
+trait SymbolCoder {
+    fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32>;
+}
+
+struct Binary<C>(C);
+
+impl<C: Coder> SymbolCoder for Binary<C> {
+    #[inline(always)]
+    fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
+        Ok(residual(&mut self.0, class, prev_negative, d))
+    }
+}
+
 /// Up to this many earlier symbols that are a symbol's neighbours in space.
 pub const NEIGHBOURS: usize = 6;
 /// An absent neighbour.
@@ -108,7 +124,7 @@ pub type Near = Option<[u32; NEIGHBOURS]>;
 /// a symbol can have) give the spatial part of the context.
 fn walk(
     n: usize,
-    coder: &mut impl Coder,
+    coder: &mut impl SymbolCoder,
     d: impl Fn(usize) -> i32,
     mut out: impl FnMut(i32) -> Result<()>,
     near: &[Near],
@@ -127,7 +143,7 @@ fn walk(
             }
             None => w.sum,
         };
-        let r = residual(coder, class(w.sum + spatial), prev_negative, d(i));
+        let r = coder.code(class(w.sum + spatial), prev_negative, d(i))?;
         out(r)?;
         if r != 0 {
             prev_negative = r < 0;
@@ -164,9 +180,10 @@ impl Default for Start {
 const START_SEEN: u16 = 30;
 
 impl Start {
-    /// Learns from the symbol streams `streams`, each coded as its own stream.
     /// Learns from the symbol streams `streams` (with their `near` tables, see `encode`), each
-    /// coded as its own stream.
+    /// coded as its own stream. Writers use the table-driven coder now; this writes the sets
+    /// of the earlier format that the readers' tests decode.
+    #[cfg(test)]
     pub fn learn<'a>(streams: impl IntoIterator<Item = (&'a [u16], &'a [Near])>, zero: u16, count: u32) -> Start {
         struct Counts(Vec<[u64; 2]>);
         impl Coder for Counts {
@@ -178,12 +195,13 @@ impl Start {
                 bit
             }
         }
-        let mut counts = Counts(vec![[0; 2]; CELLS]);
+        let mut counts = Binary(Counts(vec![[0; 2]; CELLS]));
         for (symbols, near) in streams {
             walk(symbols.len(), &mut counts, |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count).expect("counting cannot fail");
         }
         let cells = counts
             .0
+             .0
             .iter()
             .map(|&[zeros, ones]| match Prob::learnt(zeros, ones, START_SEEN).parts() {
                 (p, seen) if seen == START_SEEN => stored(((p >> 8) as u8).max(1)).expect("a nonzero byte"),
@@ -245,9 +263,9 @@ pub fn encode(symbols: &[u16], zero: u16, start: &Start, near: &[Near], count: u
             bit
         }
     }
-    let mut coding = Coding { enc: Encoder::default(), model: start.cells.clone() };
+    let mut coding = Binary(Coding { enc: Encoder::default(), model: start.cells.clone() });
     walk(symbols.len(), &mut coding, |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count).expect("encoding cannot fail");
-    coding.enc.finish()
+    coding.0.enc.finish()
 }
 
 /// Decodes `out.len()` symbols coded by `encode` from `start` with the same `near` and
@@ -266,24 +284,80 @@ pub fn decode(bytes: &[u8], zero: u16, alphabet: usize, start: &Start, near: &[N
             }
         }
     }
-    let mut decoding = Decoding { dec: Decoder::new(bytes)?, model: start.cells.clone() };
+    let mut decoding = Binary(Decoding { dec: Decoder::new(bytes)?, model: start.cells.clone() });
+    walk(out.len(), &mut decoding, |_| 0, into(out, zero, alphabet), near, count)?;
+    decoding.0.dec.finish()
+}
+
+/// Stores each decoded residual as the next symbol of `out`, refusing one outside `alphabet`.
+fn into(out: &mut [u16], zero: u16, alphabet: usize) -> impl FnMut(i32) -> Result<()> + '_ {
     let mut slots = out.iter_mut();
-    walk(
-        slots.len(),
-        &mut decoding,
-        |_| 0,
-        |r| {
-            let s = zero as i64 + r as i64;
-            if !(0..alphabet as i64).contains(&s) {
-                return Err(corrupt!("range-coded symbol {s} outside the alphabet of {alphabet}"));
-            }
-            *slots.next().expect("one slot per symbol") = s as u16;
-            Ok(())
-        },
-        near,
-        count,
-    )?;
-    decoding.dec.finish()
+    move |r| {
+        let s = zero as i64 + r as i64;
+        if !(0..alphabet as i64).contains(&s) {
+            return Err(corrupt!("decoded symbol {s} outside the alphabet of {alphabet}"));
+        }
+        *slots.next().expect("one slot per symbol") = s as u16;
+        Ok(())
+    }
+}
+
+/// The table-driven coder's contexts: a class and the sign of the last nonzero residual.
+pub const CONTEXTS: usize = 2 * CLASSES;
+
+struct Tabled<C>(C);
+
+impl SymbolCoder for Tabled<&mut rans::Counts> {
+    #[inline(always)]
+    fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
+        self.0.add(2 * class + prev_negative as usize, rans::tokenize(d).0);
+        Ok(d)
+    }
+}
+
+impl SymbolCoder for Tabled<&mut rans::Encoder> {
+    #[inline(always)]
+    fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
+        self.0.residual(2 * class + prev_negative as usize, d);
+        Ok(d)
+    }
+}
+
+impl SymbolCoder for Tabled<&mut rans::Decoder<'_>> {
+    #[inline(always)]
+    fn code(&mut self, class: usize, prev_negative: bool, _: i32) -> Result<i32> {
+        self.0.residual(2 * class + prev_negative as usize)
+    }
+}
+
+/// Adds the tokens of `symbols` (residual 0 at `zero`, neighbours `near` of `count`, as in
+/// `encode`) to `counts` (of `CONTEXTS` contexts), for learning the tables that code them.
+pub fn count_tokens(symbols: &[u16], zero: u16, near: &[Near], count: u32, counts: &mut rans::Counts) {
+    walk(symbols.len(), &mut Tabled(counts), |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count).expect("counting cannot fail");
+}
+
+/// Codes `symbols` as `encode` models them, each context with its table of `tables` (learnt
+/// by `count_tokens` from symbols including these), appending the stream to `out`.
+pub fn encode_tabled(symbols: &[u16], zero: u16, tables: &rans::Tables, near: &[Near], count: u32, out: &mut Vec<u8>) -> Result<()> {
+    let mut enc = rans::Encoder::with_capacity(symbols.len());
+    walk(symbols.len(), &mut Tabled(&mut enc), |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count)?;
+    enc.finish(tables, out)
+}
+
+/// Decodes `out.len()` symbols coded by `encode_tabled` with the same tables, `near` and
+/// `count`; each must be below `alphabet`.
+pub fn decode_tabled(
+    bytes: &[u8],
+    zero: u16,
+    alphabet: usize,
+    tables: &rans::Tables,
+    near: &[Near],
+    count: u32,
+    out: &mut [u16],
+) -> Result<()> {
+    let mut dec = rans::Decoder::new(bytes, tables)?;
+    walk(out.len(), &mut Tabled(&mut dec), |_| 0, into(out, zero, alphabet), near, count)?;
+    dec.finish()
 }
 
 #[cfg(test)]

@@ -466,20 +466,21 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
 }
 
 /// Codes a block of the walker's shape (`data` in C order, NaN at absent cells), partial
-/// blocks choosing classes by what is stored (`walk`).
-pub fn encode<T: Element>(data: &[T], q: &Quantizer, walker: &Walker) -> Coded<T> {
+/// blocks choosing classes by what is stored (`walk`); returns the coding and the values a
+/// decoder rebuilds (in C order, meaningless at absent cells).
+pub fn encode<T: Element>(data: &[T], q: &Quantizer, walker: &Walker) -> (Coded<T>, Vec<T>) {
     encode_with(data, q, walker, true)
 }
 
 /// `encode`, or with `by_stored` false as blocks of predictor code 4 were coded.
-fn encode_with<T: Element>(data: &[T], q: &Quantizer, walker: &Walker, by_stored: bool) -> Coded<T> {
+fn encode_with<T: Element>(data: &[T], q: &Quantizer, walker: &Walker, by_stored: bool) -> (Coded<T>, Vec<T>) {
     let mut symbols = vec![0u16; data.len()];
     let mut v = EncodeVisitor::new(q, &mut symbols);
     // NaN marks an absent cell (real NaNs are patched out before prediction).
     let present: Option<Vec<bool>> = data.iter().any(|x| x.to_f64().is_nan()).then(|| data.iter().map(|x| !x.to_f64().is_nan()).collect());
-    walk(walker, Some(data), present.as_deref(), by_stored, &mut v);
+    let rebuilt = walk(walker, Some(data), present.as_deref(), by_stored, &mut v);
     let (exact, absent) = (v.exact, v.absent);
-    Coded { symbols, exact, side: Vec::new(), absent }
+    (Coded { symbols, exact, side: Vec::new(), absent }, rebuilt)
 }
 
 /// Decodes a block whose stored cells are `present` (`None`: all); `symbols` has the zero-residual
@@ -532,7 +533,7 @@ mod tests {
         for shape in [vec![9usize], vec![7, 6], vec![5, 4, 6]] {
             let data = smooth(&shape, 0.3);
             let q = Quantizer::new(1e-3, DEFAULT_RADIUS);
-            let ours = encode(&data, &q, &Walker::new(&shape, &Weights::lorenzo(shape.len())).unwrap());
+            let (ours, _) = encode(&data, &q, &Walker::new(&shape, &Weights::lorenzo(shape.len())).unwrap());
             let theirs = super::super::lorenzo::encode(&data, &shape, &q);
             assert_eq!(ours.symbols, theirs.symbols, "{shape:?}");
         }
@@ -549,11 +550,12 @@ mod tests {
         let spread = |s: &[u16]| s.iter().map(|&v| (v as i64 - q.zero_symbol() as i64).unsigned_abs()).sum::<u64>();
         let data = smooth(&shape, 7.0);
         let walker = Walker::new(&shape, &w).unwrap();
-        let ours = encode(&data, &q, &walker);
+        let (ours, rebuilt) = encode(&data, &q, &walker);
         let theirs = super::super::lorenzo::encode(&data, &shape, &q);
         assert!(spread(&ours.symbols) * 4 < spread(&theirs.symbols) * 3, "{} vs {}", spread(&ours.symbols), spread(&theirs.symbols));
         let back = decode(&q, &ours.symbols, &ours.exact, &walker, None, true).unwrap();
         assert!(back.iter().zip(&data).all(|(a, b)| (a - b).abs() <= eb));
+        assert_eq!(back, rebuilt, "the encoder rebuilds what the decoder does");
     }
 
     #[test]
@@ -606,7 +608,7 @@ mod tests {
             let w = Weights::fit(&samples, 10f64.powi(fit_exp)).unwrap_or_else(|| Weights::lorenzo(shape.len()));
             let walker = Walker::new(&shape, &w).unwrap();
             let q = Quantizer::new(eb, DEFAULT_RADIUS);
-            let coded = encode_with(&data, &q, &walker, by_stored);
+            let (coded, _) = encode_with(&data, &q, &walker, by_stored);
             let present: Vec<bool> = data.iter().map(|x| !x.is_nan()).collect();
             let back = decode(&q, &coded.symbols, &coded.exact, &walker, Some(&present), by_stored).unwrap();
             for ((x, y), &p) in data.iter().zip(&back).zip(&present) {

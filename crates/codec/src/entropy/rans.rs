@@ -1,0 +1,523 @@
+//! A table-driven context coder: residuals become tokens (the magnitude's bit length with two
+//! bits below its leading one, and the sign) coded by two interleaved rANS states with a static
+//! frequency table per context, and raw extra bits (the rest of the magnitude) on the side.
+//!
+//! The tables are learnt once from every symbol they will code (an array, or every block set
+//! of a (level, field): AMRIC's shared lossless encoding) and stored once. Coding a symbol is
+//! then a table lookup and a multiply, where the adaptive binary coder (`rangecoder`) spends one
+//! probability update and one range division per decision, four to eight decisions a symbol.
+//! Which context a symbol is coded in is the caller's model (`residuals`): the coder takes the
+//! context per symbol.
+//!
+//! Stream (format.md 14.4): `rANS length varint | rANS bytes | extra bits`. The rANS bytes are
+//! the two final states (u32 LE each, state 0 first) then 16-bit words (LE) in reading order;
+//! the extra bits are packed LSB first, the last byte padded with zeros.
+
+use crate::bytes::{put_varint, ByteReader};
+use crate::error::{corrupt, Result};
+
+/// Magnitudes below this are tokens of their own; above, bit length and two bits below the
+/// leading one.
+const EXACT: u32 = 8;
+/// Largest magnitude a token codes: a residual of the 65536-symbol alphabet around its middle.
+const MAX_MAGNITUDE: u32 = 1 << 16;
+/// Token `2m - 1 + negative` for magnitude token `m >= 1`, 0 for a zero residual.
+pub const TOKENS: usize = 2 * magnitude_token(MAX_MAGNITUDE) as usize + 1;
+/// Contexts a table set may hold (a token and a context fit a byte each).
+pub const MAX_CONTEXTS: usize = 64;
+
+/// Frequencies of a table sum to `2^SCALE`.
+const SCALE: u32 = 12;
+const TOTAL: u32 = 1 << SCALE;
+/// The states live in `[LOW, LOW << 16)` and move 16 bits at a time.
+const LOW: u32 = 1 << 16;
+
+const fn magnitude_token(m: u32) -> u32 {
+    if m < EXACT {
+        m
+    } else {
+        let k = 32 - m.leading_zeros();
+        EXACT + (k - 4) * 4 + ((m >> (k - 3)) & 3)
+    }
+}
+
+/// The token of residual `d` (`|d| <= 2^16`), with its extra bits: how many and their value.
+#[inline(always)]
+pub fn tokenize(d: i32) -> (u8, u32, u32) {
+    let m = d.unsigned_abs();
+    if m == 0 {
+        return (0, 0, 0);
+    }
+    let t = magnitude_token(m);
+    let extra = if m < EXACT { 0 } else { 32 - m.leading_zeros() - 3 };
+    ((2 * t - 1 + (d < 0) as u32) as u8, extra, m & ((1 << extra) - 1))
+}
+
+/// Magnitude token `t`'s smallest magnitude and how many extra bits follow it.
+#[inline(always)]
+fn magnitude_base(t: u32) -> (u32, u32) {
+    if t < EXACT {
+        (t, 0)
+    } else {
+        let k = (t - EXACT) / 4 + 4;
+        let extra = k - 3;
+        ((4 | ((t - EXACT) % 4)) << extra, extra)
+    }
+}
+
+/// Per token: `(magnitude base, extra bit count, negative)`, for decoding.
+fn token_info() -> &'static [(u32, u32, bool); TOKENS] {
+    static INFO: std::sync::OnceLock<[(u32, u32, bool); TOKENS]> = std::sync::OnceLock::new();
+    INFO.get_or_init(|| {
+        let mut info = [(0, 0, false); TOKENS];
+        for (t, slot) in info.iter_mut().enumerate().skip(1) {
+            let (base, extra) = magnitude_base((t as u32).div_ceil(2));
+            *slot = (base, extra, t % 2 == 0);
+        }
+        info
+    })
+}
+
+/// Token counts per context, for learning tables.
+#[derive(Clone)]
+pub struct Counts {
+    counts: Vec<[u32; TOKENS]>,
+}
+
+impl Counts {
+    pub fn new(contexts: usize) -> Counts {
+        assert!(contexts <= MAX_CONTEXTS, "at most {MAX_CONTEXTS} contexts");
+        Counts { counts: vec![[0; TOKENS]; contexts] }
+    }
+
+    #[inline(always)]
+    pub fn add(&mut self, context: usize, token: u8) {
+        let c = &mut self.counts[context][token as usize];
+        *c = c.saturating_add(1);
+    }
+
+    pub fn merge(&mut self, other: &Counts) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = x.saturating_add(*y);
+            }
+        }
+    }
+
+    /// Tables for coding exactly the tokens counted (or any whose counts are not zero).
+    pub fn tables(&self) -> Tables {
+        Tables::from_levels(self.counts.iter().map(|c| c.map(|n| if n == 0 { 0 } else { level_of(n) })).collect())
+    }
+}
+
+/// A count stored as a level: `count ~ 2^(level / 8)` (a table need not be exact: a count off
+/// by 4.5% costs a few thousandths of a bit per token).
+fn level_of(n: u32) -> u8 {
+    // The nearest level, in integers: the largest level whose count is at most n * 2^(1/16).
+    let target = n as u64 * 1_044_274 / 1_000_000;
+    (1..=255u8).rev().find(|&l| count_of(l) <= target.max(1)).unwrap_or(1)
+}
+
+/// The pseudo-count of a stored level (0: the token never occurs).
+fn count_of(level: u8) -> u64 {
+    // round(256 * 2^(k/8)) for k = 0..7: integers, so every platform builds the same tables.
+    const STEPS: [u64; 8] = [256, 279, 304, 332, 362, 395, 431, 470];
+    if level == 0 {
+        0
+    } else {
+        ((STEPS[level as usize % 8] << (level / 8)) >> 8).max(1)
+    }
+}
+
+/// One context's table: frequencies summing to `TOTAL`, their cumulative starts, and per slot
+/// of `[0, TOTAL)` its token.
+#[derive(Clone)]
+struct Table {
+    freq: [u16; TOKENS],
+    start: [u16; TOKENS],
+    slots: Box<[u8]>,
+}
+
+impl Table {
+    /// `None` when no token has a count.
+    fn new(levels: &[u8; TOKENS]) -> Option<Table> {
+        let counts: Vec<u64> = levels.iter().map(|&l| count_of(l)).collect();
+        let sum: u64 = counts.iter().sum();
+        if sum == 0 {
+            return None;
+        }
+        // Scaled down, each present token keeping at least 1; the rounding error goes to (or
+        // comes from) the largest frequencies.
+        let mut freq: Vec<u32> = counts.iter().map(|&c| if c == 0 { 0 } else { ((c * TOTAL as u64) / sum).max(1) as u32 }).collect();
+        let mut total: u32 = freq.iter().sum();
+        while total != TOTAL {
+            let largest = (0..TOKENS).max_by_key(|&t| (freq[t], std::cmp::Reverse(t))).expect("tokens");
+            if total < TOTAL {
+                freq[largest] += TOTAL - total;
+                total = TOTAL;
+            } else {
+                // Take from the largest what it can give while keeping 1.
+                let give = (total - TOTAL).min(freq[largest] - 1);
+                if give == 0 {
+                    // Every present token at 1 and still over: impossible, TOKENS < TOTAL.
+                    unreachable!("more tokens than slots");
+                }
+                freq[largest] -= give;
+                total -= give;
+            }
+        }
+        let mut t = Table { freq: [0; TOKENS], start: [0; TOKENS], slots: vec![0u8; TOTAL as usize].into_boxed_slice() };
+        let mut at = 0u32;
+        for (k, &f) in freq.iter().enumerate() {
+            t.freq[k] = f as u16;
+            t.start[k] = at as u16;
+            t.slots[at as usize..(at + f) as usize].fill(k as u8);
+            at += f;
+        }
+        Some(t)
+    }
+}
+
+/// The tables of every context: what is stored once and shared by every stream they code.
+#[derive(Clone)]
+pub struct Tables {
+    levels: Vec<[u8; TOKENS]>,
+    tables: Vec<Option<Table>>,
+}
+
+impl PartialEq for Tables {
+    fn eq(&self, other: &Tables) -> bool {
+        self.levels == other.levels
+    }
+}
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tables({} contexts)", self.levels.len())
+    }
+}
+
+impl Tables {
+    fn from_levels(levels: Vec<[u8; TOKENS]>) -> Tables {
+        let tables = levels.iter().map(Table::new).collect();
+        Tables { levels, tables }
+    }
+
+    pub fn contexts(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// `contexts varint | per context: first token varint, token span varint (0: no table),
+    /// then a level byte per token of the span`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.levels.len() as u64);
+        for l in &self.levels {
+            match (l.iter().position(|&v| v != 0), l.iter().rposition(|&v| v != 0)) {
+                (Some(lo), Some(hi)) => {
+                    put_varint(out, lo as u64);
+                    put_varint(out, (hi - lo + 1) as u64);
+                    out.extend_from_slice(&l[lo..=hi]);
+                }
+                _ => {
+                    put_varint(out, 0);
+                    put_varint(out, 0);
+                }
+            }
+        }
+    }
+
+    pub fn read(r: &mut ByteReader) -> Result<Tables> {
+        let n = r.bounded_varint(MAX_CONTEXTS as u64, "context count")? as usize;
+        let mut levels = Vec::with_capacity(n);
+        for _ in 0..n {
+            let lo = r.bounded_varint(TOKENS as u64, "first token")? as usize;
+            let span = r.bounded_varint((TOKENS - lo) as u64, "token span")? as usize;
+            let mut l = [0u8; TOKENS];
+            l[lo..lo + span].copy_from_slice(r.take(span, "token levels")?);
+            levels.push(l);
+        }
+        Ok(Tables::from_levels(levels))
+    }
+}
+
+/// Collects a stream's tokens and contexts in coding order; `finish` codes them backwards.
+#[derive(Default)]
+pub struct Encoder {
+    contexts: Vec<u8>,
+    tokens: Vec<u8>,
+    bits: BitWriter,
+}
+
+impl Encoder {
+    pub fn with_capacity(n: usize) -> Encoder {
+        Encoder { contexts: Vec::with_capacity(n), tokens: Vec::with_capacity(n), bits: BitWriter::default() }
+    }
+
+    /// Codes residual `d` (`|d| <= 2^16`) in `context`.
+    #[inline(always)]
+    pub fn residual(&mut self, context: usize, d: i32) {
+        let (token, extra, value) = tokenize(d);
+        self.contexts.push(context as u8);
+        self.tokens.push(token);
+        self.bits.put(value, extra);
+    }
+
+    /// The stream, appended to `out`. Fails if a token has no frequency in its context's table
+    /// (tables learnt from other symbols than these).
+    pub fn finish(self, tables: &Tables, out: &mut Vec<u8>) -> Result<()> {
+        let mut words: Vec<u16> = Vec::with_capacity(self.tokens.len() / 2 + 4);
+        let mut states = [LOW; 2];
+        for (i, (&c, &t)) in self.contexts.iter().zip(&self.tokens).enumerate().rev() {
+            let table = tables.tables.get(c as usize).and_then(|t| t.as_ref()).ok_or_else(|| corrupt!("context {c} has no table"))?;
+            let (f, s) = (table.freq[t as usize] as u32, table.start[t as usize] as u32);
+            if f == 0 {
+                return Err(corrupt!("token {t} has no frequency in context {c}"));
+            }
+            let x = &mut states[i & 1];
+            if *x as u64 >= (f as u64) << (32 - SCALE) {
+                words.push(*x as u16);
+                *x >>= 16;
+            }
+            *x = ((*x / f) << SCALE) + (*x % f) + s;
+        }
+        let mut rans = Vec::with_capacity(8 + 2 * words.len());
+        rans.extend_from_slice(&states[0].to_le_bytes());
+        rans.extend_from_slice(&states[1].to_le_bytes());
+        for w in words.iter().rev() {
+            rans.extend_from_slice(&w.to_le_bytes());
+        }
+        put_varint(out, rans.len() as u64);
+        out.extend_from_slice(&rans);
+        out.extend_from_slice(&self.bits.finish());
+        Ok(())
+    }
+}
+
+/// Decodes a stream of `Encoder`, symbol by symbol in coding order.
+pub struct Decoder<'a> {
+    states: [u32; 2],
+    words: &'a [u8],
+    pos: usize,
+    next: usize,
+    bits: BitReader<'a>,
+    tables: &'a Tables,
+    info: &'static [(u32, u32, bool); TOKENS],
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(bytes: &'a [u8], tables: &'a Tables) -> Result<Decoder<'a>> {
+        let mut r = ByteReader::new(bytes);
+        let len = r.bounded_varint(r.remaining() as u64, "rANS length")? as usize;
+        let rans = r.take(len, "rANS bytes")?;
+        if len < 8 || !len.is_multiple_of(2) {
+            return Err(corrupt!("rANS stream of {len} bytes"));
+        }
+        let state = |k: usize| u32::from_le_bytes(rans[4 * k..4 * k + 4].try_into().expect("4 bytes"));
+        let states = [state(0), state(1)];
+        if states.iter().any(|&x| !(LOW..=u32::MAX).contains(&x)) {
+            return Err(corrupt!("rANS state below its range"));
+        }
+        Ok(Decoder { states, words: &rans[8..], pos: 0, next: 0, bits: BitReader::new(&bytes[r.position()..]), tables, info: token_info() })
+    }
+
+    /// The next residual, coded in `context`.
+    #[inline(always)]
+    pub fn residual(&mut self, context: usize) -> Result<i32> {
+        let table = match self.tables.tables.get(context) {
+            Some(Some(t)) => t,
+            _ => return Err(corrupt!("context {context} has no table")),
+        };
+        let x = &mut self.states[self.next & 1];
+        self.next += 1;
+        let slot = *x & (TOTAL - 1);
+        let t = table.slots[slot as usize] as usize;
+        *x = table.freq[t] as u32 * (*x >> SCALE) + slot - table.start[t] as u32;
+        if *x < LOW {
+            // Past the end the coder reads zeros; `finish` then refuses the stream.
+            let w = match self.words.get(self.pos..self.pos + 2) {
+                Some(b) => u16::from_le_bytes([b[0], b[1]]),
+                None => 0,
+            };
+            self.pos += 2;
+            *x = *x << 16 | w as u32;
+        }
+        if t == 0 {
+            return Ok(0);
+        }
+        let (base, extra, negative) = self.info[t];
+        let m = (base | self.bits.get(extra)) as i32;
+        Ok(if negative { -m } else { m })
+    }
+
+    /// Checks that decoding used exactly the bytes the encoder wrote and ended where it began.
+    pub fn finish(self) -> Result<()> {
+        if self.pos != self.words.len() || self.states != [LOW; 2] {
+            return Err(corrupt!("rANS symbols end after {} of {} bytes, or in another state", self.pos, self.words.len()));
+        }
+        self.bits.finish()
+    }
+}
+
+/// Bits packed LSB first.
+#[derive(Default)]
+struct BitWriter {
+    out: Vec<u8>,
+    acc: u64,
+    used: u32,
+}
+
+impl BitWriter {
+    #[inline(always)]
+    fn put(&mut self, value: u32, n: u32) {
+        self.acc |= (value as u64) << self.used;
+        self.used += n;
+        if self.used >= 32 {
+            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.acc >>= 32;
+            self.used -= 32;
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        let bytes = self.used.div_ceil(8) as usize;
+        self.out.extend_from_slice(&self.acc.to_le_bytes()[..bytes]);
+        self.out
+    }
+}
+
+struct BitReader<'a> {
+    bytes: &'a [u8],
+    /// Bits consumed.
+    pos: usize,
+}
+
+impl<'a> BitReader<'a> {
+    fn new(bytes: &'a [u8]) -> BitReader<'a> {
+        BitReader { bytes, pos: 0 }
+    }
+
+    /// The next `n` bits (at most 16); zeros past the end, which `finish` refuses.
+    #[inline(always)]
+    fn get(&mut self, n: u32) -> u32 {
+        let byte = self.pos / 8;
+        let word = match self.bytes.get(byte..byte + 4) {
+            Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            None => {
+                let mut w = [0u8; 4];
+                for (k, slot) in w.iter_mut().enumerate() {
+                    *slot = self.bytes.get(byte + k).copied().unwrap_or(0);
+                }
+                u32::from_le_bytes(w)
+            }
+        };
+        self.pos += n as usize;
+        (word >> ((self.pos - n as usize) % 8)) & ((1u32 << n) - 1)
+    }
+
+    fn finish(self) -> Result<()> {
+        if self.pos.div_ceil(8) != self.bytes.len() {
+            return Err(corrupt!("extra bits end after {} of {} bytes", self.pos.div_ceil(8), self.bytes.len()));
+        }
+        if !self.pos.is_multiple_of(8) && self.bytes[self.pos / 8] >> (self.pos % 8) != 0 {
+            return Err(corrupt!("extra bits padded with ones"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_cover_every_residual_once() {
+        let info = token_info();
+        for d in -(MAX_MAGNITUDE as i32)..=MAX_MAGNITUDE as i32 {
+            let (t, extra, value) = tokenize(d);
+            assert!((t as usize) < TOKENS);
+            let (base, n, negative) = info[t as usize];
+            assert_eq!(n, extra, "{d}");
+            let m = (base | value) as i32;
+            assert_eq!(if negative { -m } else { m }, d);
+        }
+    }
+
+    #[test]
+    fn levels_round_trip_within_a_step() {
+        for n in [1u32, 2, 3, 7, 100, 1000, 65_535, 1 << 20, u32::MAX / 2] {
+            let c = count_of(level_of(n)) as f64;
+            assert!((c / n as f64 - 1.0).abs() < 0.05 || n < 20, "{n} -> {c}");
+        }
+    }
+
+    fn code(residuals: &[(usize, i32)], contexts: usize) -> (Vec<u8>, Tables) {
+        let mut counts = Counts::new(contexts);
+        for &(c, d) in residuals {
+            counts.add(c, tokenize(d).0);
+        }
+        let tables = counts.tables();
+        let mut enc = Encoder::default();
+        for &(c, d) in residuals {
+            enc.residual(c, d);
+        }
+        let mut out = Vec::new();
+        enc.finish(&tables, &mut out).unwrap();
+        (out, tables)
+    }
+
+    fn decoded(bytes: &[u8], tables: &Tables, contexts: &[usize]) -> Result<Vec<i32>> {
+        let mut dec = Decoder::new(bytes, tables)?;
+        let out = contexts.iter().map(|&c| dec.residual(c)).collect::<Result<Vec<_>>>()?;
+        dec.finish()?;
+        Ok(out)
+    }
+
+    #[test]
+    fn residuals_round_trip_near_their_entropy() {
+        let mut next = crate::test_rng::xorshift(5);
+        // Context 0: a narrow spread; context 1: a wide one, with the extremes.
+        let mut residuals: Vec<(usize, i32)> =
+            (0..50_000).map(|i| if i % 2 == 0 { (0, (next() % 3) as i32 - 1) } else { (1, (next() % 2001) as i32 - 1000) }).collect();
+        residuals.extend([(1, 65536), (1, -65536), (1, 0), (0, 65535)]);
+        let (bytes, tables) = code(&residuals, 2);
+        let contexts: Vec<usize> = residuals.iter().map(|r| r.0).collect();
+        assert_eq!(decoded(&bytes, &tables, &contexts).unwrap(), residuals.iter().map(|r| r.1).collect::<Vec<_>>());
+        let ideal = 25_000.0 * (3f64.log2() + 2001f64.log2()) / 8.0;
+        assert!((bytes.len() as f64) < ideal * 1.02, "{} bytes, ideal {ideal:.0}", bytes.len());
+        let mut stored = Vec::new();
+        tables.write(&mut stored);
+        assert_eq!(Tables::read(&mut ByteReader::new(&stored)).unwrap(), tables);
+    }
+
+    #[test]
+    fn empty_and_one_symbol_streams_round_trip() {
+        for residuals in [vec![], vec![(0usize, 0i32)], vec![(0, 5); 1000]] {
+            let (bytes, tables) = code(&residuals, 1);
+            let contexts: Vec<usize> = residuals.iter().map(|r| r.0).collect();
+            assert_eq!(decoded(&bytes, &tables, &contexts).unwrap(), residuals.iter().map(|r| r.1).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn unknown_tokens_and_damage_are_refused() {
+        let residuals: Vec<(usize, i32)> = (0..3000).map(|i| (i % 3, (i as i32 * 7919) % 41 - 20)).collect();
+        let (bytes, tables) = code(&residuals, 3);
+        // A token the tables never saw cannot be coded.
+        let mut enc = Encoder::default();
+        enc.residual(0, 30_000);
+        assert!(enc.finish(&tables, &mut Vec::new()).is_err());
+        let contexts: Vec<usize> = residuals.iter().map(|r| r.0).collect();
+        assert!(decoded(&bytes[..bytes.len() - 1], &tables, &contexts).is_err());
+        assert!(decoded(&bytes, &tables, &contexts[..contexts.len() - 1]).is_err());
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x24;
+            let _ = decoded(&bad, &tables, &contexts);
+        }
+        let mut stored = Vec::new();
+        tables.write(&mut stored);
+        for cut in 0..stored.len() {
+            assert!(Tables::read(&mut ByteReader::new(&stored[..cut])).is_err());
+        }
+    }
+}
