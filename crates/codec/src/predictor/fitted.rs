@@ -319,10 +319,12 @@ pub struct Walker {
     classes: Vec<Stencil>,
     /// Lorenzo over the cube one cell back, for points whose class stencil reads absent cells.
     lorenzo: Stencil,
-    /// Per class, what makes its stencil wholly stored at a point: per dimension it reaches
-    /// back along, (buffer stride, class one shorter there), whose cube must be stored at the
-    /// point one step back (section 14.2).
-    reduced: Vec<Vec<(usize, usize)>>,
+    /// What makes a class's stencil wholly stored at a point (section 14.2): along each
+    /// dimension it reaches back along, the cube of the class one shorter there stored at the
+    /// point one step back. That class's index is `3^(nd-1-k)` lower, so per dimension `k`:
+    /// (buffer stride, that shift, the classes reaching back along `k`), and the classes
+    /// available at a point are a few shifts and masks of its neighbours' (see `walk`).
+    reduced: Vec<(usize, u32, u32)>,
     /// Class indices, larger stencils first.
     prefer: Vec<usize>,
 }
@@ -343,13 +345,10 @@ impl Walker {
         let ps = strides(&padded);
         let near = offsets(&vec![1; nd]);
         let all = classes(nd);
-        let reduced = all
-            .iter()
-            .map(|c| {
-                (0..nd)
-                    .filter(|&k| c[k] > 0)
-                    .map(|k| (ps[k], class_index(c.iter().enumerate().map(|(j, &r)| if j == k { r - 1 } else { r }))))
-                    .collect()
+        let reduced = (0..nd)
+            .map(|k| {
+                let reaching = all.iter().enumerate().filter(|(_, c)| c[k] > 0).fold(0u32, |acc, (m, _)| acc | 1 << m);
+                (ps[k], 3u32.pow((nd - 1 - k) as u32), reaching)
             })
             .collect();
         let volume = |c: &Vec<usize>| c.iter().map(|&r| r + 1).product::<usize>();
@@ -379,6 +378,7 @@ impl Walker {
 fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present: Option<&[bool]>, by_stored: bool, v: &mut V) -> Vec<T> {
     let Walker { shape, ps, len, classes, lorenzo, reduced, prefer } = walker;
     let far = &classes[classes.len() - 1];
+    let every_class = u32::MAX >> (32 - classes.len());
     let nd = shape.len();
     let mut buf = vec![T::default(); *len];
     // Which points of the padded buffer hold stored values (the padding and absent points do not).
@@ -431,13 +431,9 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
             } else if !full.is_empty() {
                 // The largest class whose stencil is wholly stored: its cube less the point is
                 // the cubes one shorter, one step back along each dimension it reaches along.
-                let avail = reduced.iter().enumerate().fold(0u32, |acc, (m, steps)| {
-                    if steps.iter().all(|&(stride, sub)| full[i - stride] >> sub & 1 == 1) {
-                        acc | 1 << m
-                    } else {
-                        acc
-                    }
-                });
+                // Class m is available along k if it does not reach along k, or if class
+                // m - shift is at the point one step back along k.
+                let avail = reduced.iter().fold(every_class, |acc, &(stride, shift, reaching)| acc & ((full[i - stride] << shift) | !reaching));
                 full[i] = avail;
                 let best = &classes[prefer.iter().copied().find(|&m| avail >> m & 1 == 1).unwrap_or(0)];
                 // With nothing stored behind it, a point reads the absent cells' fill.
@@ -579,6 +575,26 @@ mod tests {
         }
         let old = Weights::read(&mut ByteReader::new(&all), true).unwrap();
         assert!(old.classes.iter().flatten().zip(w.classes.iter().flatten()).all(|(a, b)| (a - b).abs() < 1e-6));
+    }
+
+    /// The classes partial blocks use are part of the format (section 14.2): these symbols were
+    /// written by the first implementation of the rule, and must not change.
+    #[test]
+    fn partial_blocks_choose_the_classes_of_the_format() {
+        let shape = [9usize, 8, 7];
+        let n: usize = shape.iter().product();
+        let mut next = crate::test_rng::xorshift(17);
+        let w = Weights::fit(&[(smooth(&shape, 0.5), shape.to_vec()), (smooth(&shape, 2.0), shape.to_vec())], 1e-3).unwrap();
+        let walker = Walker::new(&shape, &w).unwrap();
+        let q = Quantizer::new(1e-3, DEFAULT_RADIUS);
+        let mut all = Vec::new();
+        for density in [2u64, 3, 5, 9] {
+            let data: Vec<f64> = smooth(&shape, density as f64).into_iter().map(|x| if next() % density == 0 { f64::NAN } else { x }).collect();
+            let (coded, _) = encode(&data, &q, &walker);
+            assert_eq!(coded.symbols.len(), n);
+            all.extend(coded.symbols.iter().flat_map(|s| s.to_le_bytes()));
+        }
+        assert_eq!(crate::bytes::crc32(&all), 2_335_697_140);
     }
 
     proptest::proptest! {
