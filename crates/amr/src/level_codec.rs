@@ -286,7 +286,11 @@ mod tests {
         ];
         let eb = 1e-4;
         for shared in [true, false] {
-            let level = compress_level(&boxes, &tiling, &Config::new(ErrorBound::Absolute(eb)), eb, true, shared, true, 0).unwrap();
+            let config = Config::new(ErrorBound::Absolute(eb));
+            let level = compress_level(&boxes, &tiling, &config, eb, true, shared, true, 0, None).unwrap();
+            // Coding again with the choice made gives the same bytes.
+            let again = compress_level(&boxes, &tiling, &config, eb, true, shared, false, 0, Some(&level.choice)).unwrap();
+            assert_eq!((&again.chunks, &again.codebooks, again.error), (&level.chunks, &level.codebooks, None));
             let (sum, count) = level.error.unwrap();
             assert_eq!(count as usize, level.stored_cells);
             assert!((sum / count as f64).abs() <= eb);

@@ -433,7 +433,8 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
                 // the cubes one shorter, one step back along each dimension it reaches along.
                 // Class m is available along k if it does not reach along k, or if class
                 // m - shift is at the point one step back along k.
-                let avail = reduced.iter().fold(every_class, |acc, &(stride, shift, reaching)| acc & ((full[i - stride] << shift) | !reaching));
+                let avail =
+                    reduced.iter().fold(every_class, |acc, &(stride, shift, reaching)| acc & ((full[i - stride] << shift) | !reaching));
                 full[i] = avail;
                 let best = &classes[prefer.iter().copied().find(|&m| avail >> m & 1 == 1).unwrap_or(0)];
                 // With nothing stored behind it, a point reads the absent cells' fill.
@@ -589,7 +590,8 @@ mod tests {
         let q = Quantizer::new(1e-3, DEFAULT_RADIUS);
         let mut all = Vec::new();
         for density in [2u64, 3, 5, 9] {
-            let data: Vec<f64> = smooth(&shape, density as f64).into_iter().map(|x| if next() % density == 0 { f64::NAN } else { x }).collect();
+            let data: Vec<f64> =
+                smooth(&shape, density as f64).into_iter().map(|x| if next() % density == 0 { f64::NAN } else { x }).collect();
             let (coded, _) = encode(&data, &q, &walker);
             assert_eq!(coded.symbols.len(), n);
             all.extend(coded.symbols.iter().flat_map(|s| s.to_le_bytes()));
