@@ -236,8 +236,13 @@ def write_json(path: Path, meta: dict, results: list, summary: dict) -> None:
     path.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results], "summary": summary}, indent=1, default=float))
 
 
-def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tuple[str, dict]:
-    """Per-(field, bound) comparison against SZ3 and the acceptance criteria; returns (markdown, summary dict)."""
+def summarize(results: list[Result], synthetic: set[str], cubes: set[str],
+              sources: dict[str, str] | None = None) -> tuple[str, dict]:
+    """Per-(field, bound) comparison against SZ3 and the acceptance criteria; returns (markdown, summary dict).
+
+    Every field not in ``synthetic`` is a real case (one array); ``sources`` maps it to its file for the per-file
+    geomeans (each real (case, bound) counts once, whatever its size)."""
+    sources = sources or {}
     ok = {(r.field, r.bound, r.codec): r for r in results if r.error is None}
     cases = list(dict.fromkeys((r.field, r.bound) for r in results))
     out, summ = [], {"cases": [], "criteria": {}}
@@ -248,7 +253,8 @@ def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tu
         sz3 = [ok[(f, b, a)] for a in SZ3_ALL if (f, b, a) in ok]
         best = max(sz3, key=lambda r: r.ratio) if sz3 else None
         rel_ = ours.ratio / best.ratio if ours and best else None
-        case = {"field": f, "bound": b, "synthetic": f in synthetic, "amrzip_ratio": ours and ours.ratio,
+        case = {"field": f, "bound": b, "synthetic": f in synthetic, "source": None if f in synthetic else sources.get(f),
+                "amrzip_ratio": ours and ours.ratio,
                 "amrzip_speed_ratio": speed and speed.ratio, "sz3_best": best and best.ratio,
                 "sz3_best_algo": best and best.codec, "ours_over_sz3": rel_}
         summ["cases"].append(case)
@@ -311,9 +317,23 @@ def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tu
         if real:  # informational: the criteria are defined on the synthetic fields only
             rr = vs_best("amrzip-ratio", real)
             summ["real_ours_over_sz3_geomean"] = geomean(rr)
-            lines.append(f"- info: real AMR fields, ratio mode vs SZ3-best: wins {sum(x >= 1 for x in rr)}/{len(rr)}, "
-                         f"geomean {fmt(geomean(rr), '.3f')}; speed mode vs SZ3-best geomean "
-                         f"{fmt(geomean(vs_best('amrzip-speed', real)), '.3f')}")
+            lines.append(f"- info: real AMR cases ({len({f for f, _ in real})} arrays x bounds = {len(real)}), ratio mode "
+                         f"vs SZ3-best: wins {sum(x >= 1 for x in rr)}/{len(rr)}, geomean {fmt(geomean(rr), '.3f')}; "
+                         f"speed mode vs SZ3-best geomean {fmt(geomean(vs_best('amrzip-speed', real)), '.3f')} "
+                         "(per (case, bound), unweighted; per file below)")
+            by_file: dict[str, list] = {}
+            for k in real:
+                by_file.setdefault(sources.get(k[0], k[0].split("/")[0]), []).append(k)
+            summ["real_by_file"], file_rows = {}, []
+            for src, keys in by_file.items():
+                rf, sf = vs_best("amrzip-ratio", keys), vs_best("amrzip-speed", keys)
+                summ["real_by_file"][src] = {"arrays": len({f for f, _ in keys}), "cases": len(keys),
+                                             "wins": sum(x >= 1 for x in rf), "compared": len(rf),
+                                             "ours_over_sz3_geomean": geomean(rf), "speed_over_sz3_geomean": geomean(sf)}
+                file_rows.append([src, str(len({f for f, _ in keys})), str(len(keys)), f"{sum(x >= 1 for x in rf)}/{len(rf)}",
+                                  fmt(geomean(rf), ".3f"), fmt(geomean(sf), ".3f")])
+            lines += ["", markdown_table(["real file", "arrays", "cases", "ratio-mode wins", "ratio/SZ3-best geomean",
+                                          "speed/SZ3-best geomean"], file_rows), ""]
 
     viol = {}  # codec -> [violations, of which rounding-level (<= 1 + 1e-6), cases]
     for r in results:
@@ -339,20 +359,40 @@ def summarize(results: list[Result], synthetic: set[str], cubes: set[str]) -> tu
 # --- main -----------------------------------------------------------------------------------------------------
 
 
-def load_fields(names: list[str] | None, quick: bool, real: bool) -> list[tuple[str, np.ndarray]]:
+def load_fields(names: list[str] | None, quick: bool, real: bool, synthetic: bool = True,
+                real_limit: int | None = None, notes: list[str] | None = None) -> list[tuple[str, np.ndarray]]:
+    """Synthetic fields named in ``names`` (all when None), then the real AMR cases (datasets.real_fields: every level
+    of every field of every file in ../shared/data) whose names equal or start with an entry of ``names`` followed
+    by '/' (``pelelmex_3d/``, ``bisicles/``, ``pelelmex_3d/temp``).  ``real_limit`` keeps at most that many real
+    cases, evenly spread over their list.  What real_fields left out is appended to ``notes``."""
     fields = []
     for n in datasets.SYNTHETIC:
-        if names and n not in names:
+        if not synthetic or (names and n not in names):
             continue
         a = datasets.load(n)
         if quick:  # corner crop: half of each axis
             a = np.ascontiguousarray(a[tuple(slice(0, s // 2) for s in a.shape)])
         fields.append((n, a))
-    if real:
-        for n, a in datasets.real_fields():
-            if not names or any(n == w or n.startswith(w.rstrip("/") + "/") for w in names):
-                fields.append((n, a))
+    if real and not (names and all(n in datasets.SYNTHETIC for n in names)):
+        def want(n):
+            return not names or any(n == w or n.startswith(w.rstrip("/") + "/") for w in names)
+
+        cases = list(datasets.real_fields(want=want, notes=notes))
+        if real_limit is not None and len(cases) > real_limit:
+            keep = sorted({int(i) for i in np.linspace(0, len(cases) - 1, real_limit).round()}) if real_limit > 0 else []
+            if notes is not None:
+                notes.append(f"--real-fields-limit {real_limit}: {len(keep)} of {len(cases)} real cases run, "
+                             "evenly spread over the list")
+            cases = [cases[i] for i in keep]
+        fields += cases
     return fields
+
+
+def real_sources(names) -> dict[str, str]:
+    """Real case name -> its file's label (``pelelmex_3d``, ``bisicles/ase-ctrl-reference``): the longest label the
+    name starts with (field names may hold '/', so names are not split)."""
+    labels = sorted((label for label, _, _ in datasets.real_files()), key=len, reverse=True)
+    return {n: next((lb for lb in labels if n.startswith(lb + "/")), n.split("/")[0]) for n in names}
 
 
 def _load() -> str:
@@ -365,7 +405,7 @@ def _load() -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fields", help="comma list: synthetic names and/or real-field name prefixes "
-                                    "(e.g. smooth3d,pelelmex_3d/temp); default all")
+                                    "(e.g. smooth3d,pelelmex_3d/temp or bisicles/); default all")
     p.add_argument("--bounds", default=",".join(f"{b:g}" for b in BOUNDS), help="comma list of value-range relative bounds")
     p.add_argument("--codecs", help="comma list of codecs or groups (amrzip, sz3, zfp, zstd); default all available")
     # Five: on a 2-core virtual machine, two-thread medians of three moved by up to a third
@@ -375,6 +415,9 @@ def main(argv=None) -> int:
                    help="how the --repeat timings are reduced (default median; min resists background load)")
     p.add_argument("--quick", action="store_true", help="crop synthetic fields to half size per axis (128^3, 900x1800)")
     p.add_argument("--no-real", action="store_true", help="skip the real AMR fields")
+    p.add_argument("--no-synthetic", action="store_true", help="skip the synthetic fields (real AMR cases only)")
+    p.add_argument("--real-fields-limit", type=int, metavar="N",
+                   help="run at most N real cases, evenly spread over the list (quick runs); default all")
     p.add_argument("--json", type=Path, help="write raw results and summary to this path")
     args = p.parse_args(argv)
 
@@ -383,15 +426,25 @@ def main(argv=None) -> int:
     names = args.fields.split(",") if args.fields else None
     bounds = [float(b) for b in args.bounds.split(",")]
     codecs = select_codecs(args.codecs, available_codecs())
-    fields = load_fields(names, args.quick, not args.no_real)
+    notes: list[str] = []
+    fields = load_fields(names, args.quick, not args.no_real, synthetic=not args.no_synthetic,
+                         real_limit=args.real_fields_limit, notes=notes)
     if not fields:
-        p.error("no fields selected")
+        p.error("no fields selected" + "".join(f"\n  {s}" for s in notes))
     synthetic = {n for n, _ in fields if n in datasets.SYNTHETIC}
     cubes = {n for n, a in fields if n in synthetic and a.ndim == 3}
+    sources = real_sources([n for n, _ in fields if n not in synthetic])
 
     print(f"# amrzip codec benchmark\n\n{platform.node()} | {platform.processor() or platform.machine()} | "
           f"{os.cpu_count()} cores | numpy {np.__version__} | repeat {args.repeat} ({args.stat})"
           f"{' | QUICK (cropped fields)' if args.quick else ''} | load average at start {_load()}\n")
+    per_file = {}
+    for n in sources.values():
+        per_file[n] = per_file.get(n, 0) + 1
+    print(f"Fields: {len(synthetic)} synthetic, {len(sources)} real AMR arrays"
+          + (" (" + ", ".join(f"{src} {k}" for src, k in per_file.items()) + ")" if per_file else "") + "\n")
+    if notes:
+        print("Real data left out or failing:\n\n" + "\n".join(f"- {s}" for s in notes) + "\n")
     results = []
     t_start = time.perf_counter()
     for name, arr in fields:
@@ -405,14 +458,14 @@ def main(argv=None) -> int:
     print("## Results\n")
     print(results_table(results))
     print()
-    text, summary = summarize(results, synthetic, cubes)
+    text, summary = summarize(results, synthetic, cubes, sources)
     print(text)
     print(f"\n(total benchmark time {time.perf_counter() - t_start:.0f} s; load average at end {_load()}: "
           f"timings are only meaningful on an otherwise idle machine)")
     if args.json:
         meta = {"argv": sys.argv[1:], "host": platform.node(), "cpus": os.cpu_count(), "numpy": np.__version__,
                 "loadavg_end": _load(),
-                "quick": args.quick, "repeat": args.repeat, "stat": args.stat}
+                "quick": args.quick, "repeat": args.repeat, "stat": args.stat, "real_notes": notes}
         write_json(args.json, meta, results, summary)
     return 0
 

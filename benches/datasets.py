@@ -6,6 +6,7 @@ Synthetic fields are float32, generated from fixed seeds and cached as .npy unde
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -141,42 +142,163 @@ def load(name: str) -> np.ndarray:
 
 # --- real AMR data --------------------------------------------------------------------------------------------
 
-# (plotfile folder, fields to use); all boxes of a level are tiled into one array when they cover a rectangle.
-REAL_PLOTFILES = [
-    ("amrex/pelelmex_3d", ["density", "temp", "y_velocity", "Y(OH)"]),
-    ("amrex/advection_2d_4levels", ["phi"]),
-    ("amrex/warpx_single_level", ["Ey", "Bx"]),
-]
+# Every level of every field of every real file under REAL_DATA_DIR becomes plain-array cases, except these files:
+REAL_SKIP = {
+    "amrex/pelelmex_3d_truncated": "deliberately broken (binary data cut 76 bytes short; readers must refuse it)",
+}
+HDF5_SUFFIXES = (".h5", ".hdf5")
+# Levels whose boxes do not tile their bounding box give one case per box; above BOX_CAP boxes, boxes with fewer
+# than MIN_BOX_CELLS[dim] cells are left out and at most BOX_CAP of the rest are kept, evenly spread by index.
+BOX_CAP = 8
+MIN_BOX_CELLS = {1: 256, 2: 1024, 3: 4096}
 
 
-def real_fields(root: Path | str = REAL_DATA_DIR) -> Iterator[tuple[str, np.ndarray]]:
-    """Yield (name, array) for the real AMR fields, one array per level (native dtype, C order z,y,x).
+def real_files(root: Path | str = REAL_DATA_DIR) -> list[tuple[str, str, Path]]:
+    """(label, kind, path) of every real AMR file under ``root``, sorted by path; skipped files included with kind
+    "skip".  AMReX plotfiles are folders holding a ``Header``; HDF5 files (Chombo, AMReX HDF5) end in .h5/.hdf5.
+    The label, which starts every case name, is the path below the format folder (``amrex/``, ``chombo/``) without
+    the HDF5 suffix: ``pelelmex_3d``, ``bisicles/ase-ctrl-reference``."""
+    root = Path(root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames.sort()
+        if "Header" in filenames and d != root:
+            found.append(("plotfile", d))
+            dirnames[:] = []  # Level_N folders belong to the plotfile
+            continue
+        found += [("hdf5", d / f) for f in sorted(filenames) if f.lower().endswith(HDF5_SUFFIXES)]
+    out = []
+    for kind, path in sorted(found, key=lambda kp: kp[1]):
+        rel = path.relative_to(root).as_posix()
+        label = rel.split("/", 1)[1] if "/" in rel else rel
+        if kind == "hdf5":
+            label = label[: -len(path.suffix)]
+        out.append((label, "skip" if rel in REAL_SKIP else kind, path))
+    return out
 
-    A level whose boxes tile their bounding box exactly is yielded as one array `plotfile/field/L<n>`; otherwise
-    each box is yielded on its own as `plotfile/field/L<n>/box<i>`.  Prints a note and yields nothing when the
-    data folder is absent.
+
+def pick_boxes(cells: list[int], dim: int) -> tuple[list[int], int, int]:
+    """Which boxes of an untiled level become cases: all when there are at most BOX_CAP; otherwise those with at
+    least MIN_BOX_CELLS[dim] cells, at most BOX_CAP of them evenly spread by index.
+    Returns (indices, boxes left out as small, boxes left out by the cap)."""
+    if len(cells) <= BOX_CAP:
+        return list(range(len(cells))), 0, 0
+    big = [i for i, c in enumerate(cells) if c >= MIN_BOX_CELLS[dim]]
+    if len(big) <= BOX_CAP:
+        return big, len(cells) - len(big), 0
+    keep = [big[int(k)] for k in np.linspace(0, len(big) - 1, BOX_CAP).round()]
+    return keep, len(cells) - len(big), len(big) - BOX_CAP
+
+
+def _tiles(boxes: list) -> bool:
+    """Whether boxes ((lo, hi), x first, disjoint as AMReX and Chombo write them) cover their bounding box exactly
+    (equal volume)."""
+    lo = np.min([b[0] for b in boxes], axis=0)
+    hi = np.max([b[1] for b in boxes], axis=0)
+    return sum(int(np.prod(np.subtract(h, l) + 1)) for l, h in boxes) == int(np.prod(hi - lo + 1))
+
+
+def _tile(boxes: list, get: Callable[[int], np.ndarray]) -> np.ndarray | None:
+    """The boxes placed into their bounding box (``get(i)`` is box i in C order (z, y, x)); None unless _tiles."""
+    if not _tiles(boxes):
+        return None
+    lo = np.min([b[0] for b in boxes], axis=0)
+    hi = np.max([b[1] for b in boxes], axis=0)
+    out = None
+    for i, (blo, bhi) in enumerate(boxes):
+        data = get(i)
+        if out is None:
+            out = np.empty(tuple((hi - lo + 1)[::-1]), dtype=data.dtype)
+        out[tuple(slice(l - o, h - o + 1) for l, h, o in zip(blo[::-1], bhi[::-1], lo[::-1]))] = data
+    return out
+
+
+class _Source:
+    """One file's levels, uniformly: names of fields, and per level its boxes (x first), box(field, i) in C order
+    (z, y, x) and tiled(field)."""
+
+    def __init__(self, kind: str, path: Path):
+        if kind == "plotfile":  # the benchmarks' own reader: the cases stay the ones earlier runs measured
+            from plotfile_boxes import read_plotfile  # local import: benches/ is on sys.path when run from there
+
+            plot = read_plotfile(path)
+            self.fields, self.dim = plot.names, plot.dim
+            self.levels = [(lev.boxes_lohi, lev.box, lev.tiled) for lev in plot.levels]
+        else:  # Chombo (plot file or checkpoint) or AMReX HDF5, through amrzip's readers; ghost cells are cropped
+            from amrzip.formats import read
+
+            h = read(path)
+            self.fields, self.dim = list(h.fields), h.dim
+
+            def level(lev):
+                # [i, j, k] -> (z, y, x), copied out of the file's memory map
+                box = lambda f, i: np.array(lev.box_data(f, i).T, order="C")  # noqa: E731
+                return lev.boxes, box, lambda f: _tile(lev.boxes, lambda i: box(f, i))
+
+            self.levels = [level(lev) for lev in h.levels]
+
+
+def real_fields(root: Path | str = REAL_DATA_DIR, want: Callable[[str], bool] | None = None,
+                notes: list[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (name, array) for every level of every field of every real AMR file under ``root`` (see real_files),
+    native dtype, C order with the axes reversed ((z,) y, x).
+
+    A level whose boxes tile their bounding box exactly is one array ``<label>/<field>/L<n>``; otherwise each box is
+    one array ``<label>/<field>/L<n>/box<i>`` (with the BOX_CAP/MIN_BOX_CELLS selection above BOX_CAP boxes).  Field
+    names are the files' own (a Chombo component name may hold a '/').  ``want(name)``, when given, is asked before
+    an array is read.  Constant arrays (max == min: a relative bound means nothing there) and arrays with NaN or
+    infinity are left out.  What is left out, and files that fail to read, are appended to ``notes`` as text lines
+    (printed to stderr when ``notes`` is None); an absent data folder gives a note and nothing else.
     """
-    from plotfile_boxes import read_plotfile  # local import: benches/ is on sys.path when run from there
-
+    say = notes.append if notes is not None else (lambda s: print(f"note: {s}", file=sys.stderr))
     root = Path(root)
     if not root.is_dir():
-        print(f"note: real AMR data not found at {root}; skipping real fields", file=sys.stderr)
+        say(f"real AMR data not found at {root}; no real fields")
         return
-    for rel, wanted in REAL_PLOTFILES:
-        pf = root / rel
-        if not pf.is_dir():
-            print(f"note: {pf} missing; skipped", file=sys.stderr)
+    for label, kind, path in real_files(root):
+        if kind == "skip":
+            say(f"{path.relative_to(root)} skipped: {REAL_SKIP[path.relative_to(root).as_posix()]}")
             continue
-        plot = read_plotfile(pf)
-        short = rel.split("/")[-1]
-        for field in wanted:
-            for lev, level in enumerate(plot.levels):
-                tiled = level.tiled(field)
-                if tiled is not None:
-                    yield f"{short}/{field}/L{lev}", tiled
+        try:
+            src = _Source(kind, path)
+        except Exception as e:  # reported, never silent: one bad file must not hide the others
+            say(f"ERROR reading {path.relative_to(root)}: {type(e).__name__}: {e}")
+            continue
+        constant, nonfinite = [], []
+        for lev, (boxes, box, tiled) in enumerate(src.levels):
+            cells = [int(np.prod(np.subtract(h, l) + 1)) for l, h in boxes]
+            tiles = _tiles(boxes)  # the same boxes for every field
+            if not tiles:
+                chosen, small, capped = pick_boxes(cells, src.dim)
+                if small or capped:
+                    say(f"{label} L{lev} (every field): {len(cells)} boxes not tiling their bounding box; "
+                        f"{small} with < {MIN_BOX_CELLS[src.dim]} cells and {capped} more over the cap of {BOX_CAP} "
+                        f"left out, boxes {chosen} used")
+            for field in src.fields:
+                base = f"{label}/{field}/L{lev}"
+                if tiles:
+                    parts = [(base, lambda: tiled(field))]
                 else:
-                    for i, box in enumerate(level.boxes(field)):
-                        yield f"{short}/{field}/L{lev}/box{i}", box
+                    parts = [(f"{base}/box{i}", lambda i=i: box(field, i)) for i in chosen]
+                for name, get in parts:
+                    if want is not None and not want(name):
+                        continue
+                    try:
+                        a = get()
+                    except Exception as e:
+                        say(f"ERROR reading {name}: {type(e).__name__}: {e}")
+                        continue
+                    if not np.isfinite(a).all():
+                        nonfinite.append(name.removeprefix(label + "/"))
+                    elif a.max() == a.min():
+                        constant.append(f"{name.removeprefix(label + '/')} (={a.flat[0]:g})")
+                    else:
+                        yield name, a
+        if constant:
+            say(f"{label}: {len(constant)} constant arrays (max == min) left out: {', '.join(constant)}")
+        if nonfinite:
+            say(f"{label}: {len(nonfinite)} arrays with NaN/inf left out: {', '.join(nonfinite)}")
 
 
 def _describe(name: str, a: np.ndarray) -> str:

@@ -28,7 +28,7 @@ use crate::selection;
 use crate::{Config, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const MAGIC: &[u8; 2] = b"AB";
 /// The version byte says how the symbols are coded: Huffman segments (speed mode), adaptively
@@ -271,13 +271,12 @@ impl BlockSetEncoder {
         let weights = self.weights().cloned();
         match self.preset {
             Preset::Ratio => {
-                let count = neighbour_count(self.unit.len());
                 let counts = sets
                     .par_iter()
                     .fold(
                         || rans::Counts::new(residuals::CONTEXTS),
                         |mut acc, s| {
-                            residuals::count_tokens(&s.symbols(), ZERO, &s.near(), count, &mut acc);
+                            s.modelled().count(&mut acc);
                             acc
                         },
                     )
@@ -313,7 +312,7 @@ impl BlockSetEncoder {
         if blocks.windows(2).any(|w| w[1].position <= w[0].position) {
             return Err(CodecError::InvalidInput("block positions must be strictly increasing".into()));
         }
-        Ok(PredictedSet { preset: self.preset, unit: self.unit.clone(), blocks })
+        Ok(PredictedSet { preset: self.preset, unit: self.unit.clone(), blocks, modelled: OnceLock::new() })
     }
 
     /// Predicts and quantizes one block. A block's coding does not depend on its set, so one
@@ -418,6 +417,9 @@ pub struct PredictedSet<T> {
     preset: Preset,
     unit: Vec<usize>,
     blocks: Vec<PredictedBlock<T>>,
+    /// Its symbols as the context coder models them: worked out once, for learning the array's
+    /// tables and again for coding with them.
+    modelled: OnceLock<rans::Encoder>,
 }
 
 impl<T: Element> PredictedSet<T> {
@@ -435,6 +437,10 @@ impl<T: Element> PredictedSet<T> {
     /// Where each of `symbols()` has its neighbours in space (see `near_table`).
     fn near(&self) -> Vec<Near> {
         near_table(self.blocks.iter().map(|b| (b.kind, b.mask.as_deref())), &self.unit)
+    }
+
+    fn modelled(&self) -> &rans::Encoder {
+        self.modelled.get_or_init(|| residuals::model(&self.symbols(), ZERO, &self.near(), neighbour_count(self.unit.len())))
     }
 
     /// The set's bytes, coded with `codebook` (the shared tables of sets including this one,
@@ -464,18 +470,18 @@ impl<T: Element> PredictedSet<T> {
             let side: &[u8] = if own { &b.coded.side } else { &[] };
             write_parts(&mut raw, &b.patches, side, &b.coded.exact);
         }
-        let symbols = self.symbols();
         // Context-coded symbols follow the lossless frames: zstd finds nothing in them.
-        let count = neighbour_count(self.unit.len());
         let (version, ranged) = match (&codebook.tables, &codebook.start) {
             (Some(tables), _) => {
                 let mut coded = Vec::new();
-                residuals::encode_tabled(&symbols, ZERO, tables, &self.near(), count, &mut coded)?;
+                self.modelled().finish(tables, &mut coded)?;
                 (TABLED, coded)
             }
-            (None, Some(start)) => (RANGE_CODED, residuals::encode(&symbols, ZERO, start, &self.near(), count)),
+            (None, Some(start)) => {
+                (RANGE_CODED, residuals::encode(&self.symbols(), ZERO, start, &self.near(), neighbour_count(self.unit.len())))
+            }
             (None, None) => {
-                write_segments(&mut raw, &symbols, &codebook.codebook)?;
+                write_segments(&mut raw, &self.symbols(), &codebook.codebook)?;
                 (HUFFMAN, Vec::new())
             }
         };

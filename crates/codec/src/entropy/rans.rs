@@ -240,7 +240,8 @@ impl Tables {
     }
 }
 
-/// Collects a stream's tokens and contexts in coding order; `finish` codes them backwards.
+/// Collects a stream's tokens and contexts in coding order, to count them (learning tables) and
+/// then code them backwards (`finish`) without modelling the stream twice.
 #[derive(Default)]
 pub struct Encoder {
     contexts: Vec<u8>,
@@ -262,9 +263,16 @@ impl Encoder {
         self.bits.put(value, extra);
     }
 
+    /// Adds the stream's tokens to `counts`.
+    pub fn count(&self, counts: &mut Counts) {
+        for (&c, &t) in self.contexts.iter().zip(&self.tokens) {
+            counts.add(c as usize, t);
+        }
+    }
+
     /// The stream, appended to `out`. Fails if a token has no frequency in its context's table
     /// (tables learnt from other symbols than these).
-    pub fn finish(self, tables: &Tables, out: &mut Vec<u8>) -> Result<()> {
+    pub fn finish(&self, tables: &Tables, out: &mut Vec<u8>) -> Result<()> {
         let mut words: Vec<u16> = Vec::with_capacity(self.tokens.len() / 2 + 4);
         let mut states = [LOW; 2];
         for (i, (&c, &t)) in self.contexts.iter().zip(&self.tokens).enumerate().rev() {
@@ -288,7 +296,7 @@ impl Encoder {
         }
         put_varint(out, rans.len() as u64);
         out.extend_from_slice(&rans);
-        out.extend_from_slice(&self.bits.finish());
+        self.bits.append_to(out);
         Ok(())
     }
 }
@@ -378,10 +386,10 @@ impl BitWriter {
         }
     }
 
-    fn finish(mut self) -> Vec<u8> {
-        let bytes = self.used.div_ceil(8) as usize;
-        self.out.extend_from_slice(&self.acc.to_le_bytes()[..bytes]);
-        self.out
+    /// The bits so far, the last byte padded with zeros.
+    fn append_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.out);
+        out.extend_from_slice(&self.acc.to_le_bytes()[..self.used.div_ceil(8) as usize]);
     }
 }
 

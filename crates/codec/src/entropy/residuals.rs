@@ -307,14 +307,6 @@ pub const CONTEXTS: usize = 2 * CLASSES;
 
 struct Tabled<C>(C);
 
-impl SymbolCoder for Tabled<&mut rans::Counts> {
-    #[inline(always)]
-    fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
-        self.0.add(2 * class + prev_negative as usize, rans::tokenize(d).0);
-        Ok(d)
-    }
-}
-
 impl SymbolCoder for Tabled<&mut rans::Encoder> {
     #[inline(always)]
     fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
@@ -330,22 +322,17 @@ impl SymbolCoder for Tabled<&mut rans::Decoder<'_>> {
     }
 }
 
-/// Adds the tokens of `symbols` (residual 0 at `zero`, neighbours `near` of `count`, as in
-/// `encode`) to `counts` (of `CONTEXTS` contexts), for learning the tables that code them.
-pub fn count_tokens(symbols: &[u16], zero: u16, near: &[Near], count: u32, counts: &mut rans::Counts) {
-    walk(symbols.len(), &mut Tabled(counts), |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count).expect("counting cannot fail");
-}
-
-/// Codes `symbols` as `encode` models them, each context with its table of `tables` (learnt
-/// by `count_tokens` from symbols including these), appending the stream to `out`.
-pub fn encode_tabled(symbols: &[u16], zero: u16, tables: &rans::Tables, near: &[Near], count: u32, out: &mut Vec<u8>) -> Result<()> {
+/// The tokens and contexts of `symbols` (residual 0 at `zero`) as `encode` models them (`near`
+/// and `count` as there), ready to count (learning the tables) and to code with the tables.
+pub fn model(symbols: &[u16], zero: u16, near: &[Near], count: u32) -> rans::Encoder {
     let mut enc = rans::Encoder::with_capacity(symbols.len());
-    walk(symbols.len(), &mut Tabled(&mut enc), |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count)?;
-    enc.finish(tables, out)
+    walk(symbols.len(), &mut Tabled(&mut enc), |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count)
+        .expect("modelling cannot fail");
+    enc
 }
 
-/// Decodes `out.len()` symbols coded by `encode_tabled` with the same tables, `near` and
-/// `count`; each must be below `alphabet`.
+/// Decodes `out.len()` symbols modelled by `model` and coded with `tables`, with the same
+/// `near` and `count`; each must be below `alphabet`.
 pub fn decode_tabled(
     bytes: &[u8],
     zero: u16,
