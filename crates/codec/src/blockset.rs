@@ -66,6 +66,9 @@ pub struct SharedCodebook {
     start: Option<Start>,
     tables: Option<rans::Tables>,
     weights: Option<Weights>,
+    /// The weights' stencils for the array's unit shape, built when a set first needs them
+    /// (an array's sets are many and small).
+    walker: OnceLock<(Vec<usize>, Option<fitted::Walker>)>,
 }
 
 /// Mark the range coder's start, the context coder's tables and the fitted prediction weights
@@ -125,7 +128,7 @@ impl SharedCodebook {
         if r.remaining() != 0 {
             return Err(corrupt!("{} unexpected bytes after the shared tables", r.remaining()));
         }
-        Ok(SharedCodebook { codebook, start, tables, weights })
+        Ok(SharedCodebook { codebook, start, tables, weights, walker: OnceLock::new() })
     }
 }
 
@@ -287,7 +290,13 @@ impl BlockSetEncoder {
                             a
                         },
                     );
-                SharedCodebook { codebook: Codebook::from_histogram(&[]), start: None, tables: Some(counts.tables()), weights }
+                SharedCodebook {
+                    codebook: Codebook::from_histogram(&[]),
+                    start: None,
+                    tables: Some(counts.tables()),
+                    weights,
+                    walker: OnceLock::new(),
+                }
             }
             Preset::Speed => {
                 let mut h = vec![0u64; self.q.alphabet()];
@@ -296,7 +305,7 @@ impl BlockSetEncoder {
                         huffman::add_counts(&mut h, &b.coded.symbols);
                     }
                 }
-                SharedCodebook { codebook: Codebook::from_histogram(&h), start: None, tables: None, weights }
+                SharedCodebook { codebook: Codebook::from_histogram(&h), start: None, tables: None, weights, walker: OnceLock::new() }
             }
         }
     }
@@ -740,8 +749,17 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
         _ => read_segments(&mut r, total, &codebook.codebook)?.0,
     };
     // Stencils only for a set that has fitted blocks.
+    let built;
     let walker = match &codebook.weights {
-        Some(w) if heads.iter().any(|(_, kind, _, _)| matches!(kind, BlockKind::Fitted { .. })) => fitted::Walker::new(unit, w),
+        Some(w) if heads.iter().any(|(_, kind, _, _)| matches!(kind, BlockKind::Fitted { .. })) => {
+            match codebook.walker.get_or_init(|| (unit.to_vec(), fitted::Walker::new(unit, w))) {
+                (shape, walker) if shape == unit => walker.as_ref(),
+                _ => {
+                    built = fitted::Walker::new(unit, w);
+                    built.as_ref()
+                }
+            }
+        }
         _ => None,
     };
     let mut starts = Vec::with_capacity(counts.len());
@@ -861,7 +879,13 @@ mod tests {
     fn legacy<T: Element>(set: &PredictedSet<T>, enc: &BlockSetEncoder) -> SharedCodebook {
         let (symbols, near) = (set.symbols(), set.near());
         let start = Start::learn([(&symbols[..], &near[..])], ZERO, neighbour_count(set.unit.len()));
-        SharedCodebook { codebook: Codebook::from_histogram(&[]), start: Some(start), tables: None, weights: enc.weights().cloned() }
+        SharedCodebook {
+            codebook: Codebook::from_histogram(&[]),
+            start: Some(start),
+            tables: None,
+            weights: enc.weights().cloned(),
+            walker: OnceLock::new(),
+        }
     }
 
     #[test]
@@ -974,9 +998,9 @@ mod tests {
             }
         }
         // The same tables without the weights cannot decode the set, nor without the context tables.
-        let bare = SharedCodebook { weights: None, ..codebook };
+        let bare = SharedCodebook { weights: None, walker: OnceLock::new(), ..codebook };
         assert!(decode::<f64>(&bytes, &bare, &unit, eb, 10).is_err());
-        let huffman = SharedCodebook { tables: None, weights: enc.weights().cloned(), ..bare };
+        let huffman = SharedCodebook { tables: None, weights: enc.weights().cloned(), walker: OnceLock::new(), ..bare };
         assert!(decode::<f64>(&bytes, &huffman, &unit, eb, 10).is_err());
     }
 

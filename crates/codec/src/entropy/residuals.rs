@@ -136,12 +136,19 @@ fn walk(
     let mut mags: Vec<u32> = Vec::with_capacity(n);
     for i in 0..n {
         // The neighbours' sum in the window's units: 8 magnitudes' worth.
-        let spatial = match near.get(i).copied().flatten() {
-            Some(js) => {
-                js.iter().filter(|&&j| j != NONE).map(|&j| mags.get(j as usize).copied().unwrap_or(0)).sum::<u32>() * WINDOW as u32
-                    / count.max(1)
+        let spatial = match near.get(i) {
+            Some(Some(js)) => {
+                let sum =
+                    js.iter().filter(|&&j| j != NONE).map(|&j| mags.get(j as usize).copied().unwrap_or(0)).sum::<u32>() * WINDOW as u32;
+                // The counts blocks have (1, 3 or 6 neighbours in 1 to 3 dimensions) as
+                // constants, which the compiler divides by with a multiplication.
+                match count {
+                    6 => sum / 6,
+                    3 => sum / 3,
+                    c => sum / c.max(1),
+                }
             }
-            None => w.sum,
+            _ => w.sum,
         };
         let r = coder.code(class(w.sum + spatial), prev_negative, d(i))?;
         out(r)?;
