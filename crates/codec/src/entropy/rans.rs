@@ -321,7 +321,7 @@ impl Tables {
         let n = r.bounded_varint(MAX_CONTEXTS as u64, "context count")? as usize;
         let bits = r.take(n.div_ceil(8), "context runs")?;
         let starts: Vec<bool> = (0..n).map(|c| bits[c / 8] >> (c % 8) & 1 == 1).collect();
-        if n > 0 && !starts[0] || n % 8 != 0 && bits[n / 8] >> (n % 8) != 0 {
+        if n > 0 && !starts[0] || !n.is_multiple_of(8) && bits[n / 8] >> (n % 8) != 0 {
             return Err(corrupt!("context runs must start at context 0 and be padded with zeros"));
         }
         let levels = starts.iter().filter(|&&s| s).map(|_| read_levels(r)).collect::<Result<_>>()?;
