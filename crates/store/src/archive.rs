@@ -114,6 +114,28 @@ impl Archive {
         self.entries.get(name).ok_or_else(|| corrupt!("{}: entry {name} missing", self.path.display()))
     }
 
+    /// Checks every entry's local header against the central directory: its signature and the
+    /// same name. A name damaged in the central directory alone moves an entry (a shard) to
+    /// another key, which only a reader that checks its chunks' position tags would notice.
+    pub fn check_local_names(&self) -> Result<()> {
+        let bad = |name: &str, what: &str| corrupt!("{}: entry {name}: {what}", self.path.display());
+        let mut zip = self.zip.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, e) in &self.entries {
+            let start = zip.by_index_raw(e.index).map_err(|err| zip_error(&self.path, err))?.header_start();
+            let mut head = [0u8; 30];
+            read_at(&self.file, &mut head, start).map_err(|_| bad(name, "local header past the end of the file"))?;
+            if head[..4] != [0x50, 0x4b, 0x03, 0x04] {
+                return Err(bad(name, "no local header where the central directory points"));
+            }
+            let mut local = vec![0u8; u16::from_le_bytes([head[26], head[27]]) as usize];
+            read_at(&self.file, &mut local, start + 30).map_err(|_| bad(name, "local header past the end of the file"))?;
+            if local != name.as_bytes() {
+                return Err(bad(name, &format!("named {:?} in its local header", String::from_utf8_lossy(&local))));
+            }
+        }
+        Ok(())
+    }
+
     /// Where the entry's bytes start in the file (its local header read once).
     fn data_start(&self, name: &str, e: &Entry) -> Result<u64> {
         if let Some(&start) = e.data_start.get() {

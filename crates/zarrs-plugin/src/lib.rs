@@ -248,7 +248,9 @@ pub type SnapshotStorage = ZipStorageAdapter<FilesystemStore>;
 /// `ZipStorageAdapter::new(FilesystemStore::new(folder), file name)`, spelled out once; a path
 /// that names no zip file is an error. The file's zip records are first read by the store's own
 /// zip reader: on some damaged central directories rc-zip 5.4 (under zarrs_zip) never returns,
-/// so a file that reader refuses is an error here rather than a hang.
+/// so a file that reader refuses is an error here rather than a hang; and an entry whose name
+/// differs between the central directory and its local header (a shard moved to another key,
+/// which zarrs cannot tell) is an error too.
 pub fn open_snapshot(path: impl AsRef<Path>) -> Result<Arc<SnapshotStorage>, OpenError> {
     let path = path.as_ref();
     let bad = || OpenError::Path(format!("{}: not a snapshot file path", path.display()));
@@ -257,7 +259,7 @@ pub fn open_snapshot(path: impl AsRef<Path>) -> Result<Arc<SnapshotStorage>, Ope
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    amrzip_store::archive::Archive::open(path).map_err(OpenError::Archive)?;
+    amrzip_store::archive::Archive::open(path).and_then(|a| a.check_local_names()).map_err(OpenError::Archive)?;
     let files = Arc::new(FilesystemStore::new(folder).map_err(OpenError::Filesystem)?);
     let key = StoreKey::new(name).map_err(OpenError::Key)?;
     Ok(Arc::new(ZipStorageAdapter::new(files, key).map_err(OpenError::Zip)?))

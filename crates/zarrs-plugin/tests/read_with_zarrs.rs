@@ -426,3 +426,22 @@ fn version_1_snapshot_folders_read_too() {
         assert!(got.iter().any(|v| !v.is_nan()));
     }
 }
+
+/// A shard renamed in the central directory only would read at another position, which a Zarr
+/// reader cannot tell from its chunks: its local header still has the old name, and
+/// `open_snapshot` refuses the file.
+#[test]
+fn a_shard_renamed_in_the_central_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir.path().join("renamed"), "s", &[0, 1]);
+    let good = std::fs::read(&path).unwrap();
+    assert!(amrzip_zarrs::open_snapshot(&path).is_ok());
+    // The last occurrence of a shard's name is its central directory record.
+    let name = b"level_1/c/0/1/1/1";
+    let at = good.windows(name.len()).rposition(|w| w == name).expect("a level 1 shard");
+    let mut bad = good.clone();
+    bad[at + name.len() - 1] = b'7';
+    std::fs::write(&path, &bad).unwrap();
+    let err = amrzip_zarrs::open_snapshot(&path).err().expect("refused").to_string();
+    assert!(err.contains("local header"), "{err}");
+}
