@@ -591,7 +591,7 @@ mod tests {
         let mut all = Vec::new();
         for density in [2u64, 3, 5, 9] {
             let data: Vec<f64> =
-                smooth(&shape, density as f64).into_iter().map(|x| if next() % density == 0 { f64::NAN } else { x }).collect();
+                smooth(&shape, density as f64).into_iter().map(|x| if next().is_multiple_of(density) { f64::NAN } else { x }).collect();
             let (coded, _) = encode(&data, &q, &walker);
             assert_eq!(coded.symbols.len(), n);
             all.extend(coded.symbols.iter().flat_map(|s| s.to_le_bytes()));
