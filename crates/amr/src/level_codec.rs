@@ -95,17 +95,11 @@ fn encode_sets<T: Element>(
     shared: bool,
     first: u32,
 ) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
-    let codebooks: Vec<SharedCodebook> =
-        if shared { vec![encoder.shared_tables(sets)] } else { sets.chunks(1).map(|set| encoder.shared_tables(set)).collect() };
-    let bytes = sets
-        .par_iter()
-        .enumerate()
-        .map(|(k, set)| {
-            let index = if shared { 0 } else { k };
-            set.finish(&codebooks[index], first + index as u32)
-        })
-        .collect::<Result<_>>()?;
-    Ok((codebooks, bytes))
+    let groups: Vec<&[PredictedSet<T>]> = if shared { vec![sets] } else { sets.chunks(1).collect() };
+    let coded: Vec<(SharedCodebook, Vec<Vec<u8>>)> =
+        groups.par_iter().enumerate().map(|(k, group)| encoder.encode_sets(group, first + k as u32)).collect::<Result<_>>()?;
+    let (codebooks, bytes): (Vec<SharedCodebook>, Vec<Vec<Vec<u8>>>) = coded.into_iter().unzip();
+    Ok((codebooks, bytes.into_iter().flatten().collect()))
 }
 
 /// The bytes (chunks and codebooks) `compress_level` stores for `boxes` with the unit block of

@@ -47,6 +47,10 @@ const SAMPLE_BLOCKS: usize = 256;
 const MIN_SAMPLE_BLOCKS: usize = 8;
 const SAMPLE_CELLS: usize = 1 << 17;
 const MAX_UNIT_ELEMENTS: usize = 1 << 24;
+/// Arrays of up to this many symbols try the adaptive range coder too (`encode_sets`): on the
+/// benchmark hierarchies, those whose tables outweigh what they save (PeleLMeX fields coded in
+/// a hundred bytes) are all far smaller; above it the trial would cost more time than it saves.
+const ADAPTIVE_TRIAL_SYMBOLS: usize = 1 << 18;
 
 /// One unit block: its position in the set's block grid, its values in C order over the unit
 /// shape, and which cells are stored (`None`: all).
@@ -266,6 +270,33 @@ impl BlockSetEncoder {
     /// The fitted prediction weights every codebook of the array must carry, if any.
     pub fn weights(&self) -> Option<&Weights> {
         self.fitted.as_ref().map(|(w, _)| w)
+    }
+
+    /// `sets` coded with the tables they share (`shared_tables`), recorded as codebook `index`:
+    /// the tables and each set's bytes. In ratio mode, sets of at most `ADAPTIVE_TRIAL_SYMBOLS`
+    /// symbols in all are also coded with the adaptive range coder (version 2), whose learnt
+    /// start costs a few bytes where tables cost tens; the smaller coding is kept.
+    pub fn encode_sets<T: Element>(&self, sets: &[PredictedSet<T>], index: u32) -> Result<(SharedCodebook, Vec<Vec<u8>>)> {
+        let code = |tables: SharedCodebook| -> Result<(usize, SharedCodebook, Vec<Vec<u8>>)> {
+            let bytes: Vec<Vec<u8>> = sets.par_iter().map(|set| set.finish(&tables, index)).collect::<Result<_>>()?;
+            Ok((bytes.iter().map(Vec::len).sum::<usize>() + tables.to_bytes().len(), tables, bytes))
+        };
+        let tabled = code(self.shared_tables(sets))?;
+        let symbols: usize = sets.iter().flat_map(|s| &s.blocks).map(|b| b.coded.symbols.len()).sum();
+        if self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS {
+            return Ok((tabled.1, tabled.2));
+        }
+        let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
+        let start = Start::learn(streams.iter().map(|(s, n)| (&s[..], &n[..])), ZERO, neighbour_count(self.unit.len()));
+        let adaptive = code(SharedCodebook {
+            codebook: Codebook::from_histogram(&[]),
+            start: Some(start),
+            tables: None,
+            weights: self.weights().cloned(),
+            walker: OnceLock::new(),
+        })?;
+        let best = if adaptive.0 < tabled.0 { adaptive } else { tabled };
+        Ok((best.1, best.2))
     }
 
     /// What `sets` share, to be stored once beside them: in ratio mode the context coder's

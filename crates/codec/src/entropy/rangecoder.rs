@@ -33,7 +33,6 @@ impl Default for Prob {
 
 impl Prob {
     /// An estimate of `zeros` in `zeros + ones` decisions, trusted as `min(total, seen)` of them.
-    #[cfg(test)]
     pub fn learnt(zeros: u64, ones: u64, seen: u16) -> Prob {
         let total = zeros + ones;
         let p = ((zeros as f64 + 0.5) / (total as f64 + 1.0) * (1 << PROB_BITS) as f64).round();

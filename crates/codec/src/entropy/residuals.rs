@@ -188,9 +188,7 @@ const START_SEEN: u16 = 30;
 
 impl Start {
     /// Learns from the symbol streams `streams` (with their `near` tables, see `encode`), each
-    /// coded as its own stream. Writers use the table-driven coder now; this writes the sets
-    /// of the earlier format that the readers' tests decode.
-    #[cfg(test)]
+    /// coded as its own stream.
     pub fn learn<'a>(streams: impl IntoIterator<Item = (&'a [u16], &'a [Near])>, zero: u16, count: u32) -> Start {
         struct Counts(Vec<[u64; 2]>);
         impl Coder for Counts {
