@@ -54,7 +54,7 @@ pub fn compress_level<T: Element>(
     let all: Vec<&Block<T>> = chunks.values().flatten().collect();
     let encoder = encoder(&all, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
     let sets: Vec<PredictedSet<T>> = chunks.par_iter().map(|(_, blocks)| encoder.predict(blocks)).collect::<Result<_>>()?;
-    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table)?;
+    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, false)?;
     let encoded: Vec<(Vec<i64>, Vec<u8>)> = chunks.keys().cloned().zip(bytes).collect();
     // The encoder rebuilt each block as a decoder will; summed chunk by chunk in lattice order,
     // so the result does not depend on threads.
@@ -88,16 +88,18 @@ fn encoder<T: Element>(
 
 /// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
 /// with `shared` false, one per set, numbered from `first`. Returns the codebooks and each
-/// set's bytes.
+/// set's bytes. Layout trials pass `trial`: they compare layouts, for which the table-driven
+/// coder alone is the measure, without also trying the adaptive one on small arrays.
 fn encode_sets<T: Element>(
     sets: &[PredictedSet<T>],
     encoder: &BlockSetEncoder,
     shared: bool,
     first: u32,
+    trial: bool,
 ) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
     let groups: Vec<&[PredictedSet<T>]> = if shared { vec![sets] } else { sets.chunks(1).collect() };
     let coded: Vec<(SharedCodebook, Vec<Vec<u8>>)> =
-        groups.par_iter().enumerate().map(|(k, group)| encoder.encode_sets(group, first + k as u32)).collect::<Result<_>>()?;
+        groups.par_iter().enumerate().map(|(k, group)| encoder.encode_sets(group, first + k as u32, !trial)).collect::<Result<_>>()?;
     let (codebooks, bytes): (Vec<SharedCodebook>, Vec<Vec<Vec<u8>>>) = coded.into_iter().unzip();
     Ok((codebooks, bytes.into_iter().flatten().collect()))
 }
@@ -146,7 +148,7 @@ pub fn trial_sizes<T: Element>(
                     encoder.set(blocks)
                 })
                 .collect::<Result<_>>()?;
-            let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0)?;
+            let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0, true)?;
             Ok(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>())
         })
         .collect::<Result<_>>()?;

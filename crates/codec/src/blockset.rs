@@ -273,17 +273,23 @@ impl BlockSetEncoder {
     }
 
     /// `sets` coded with the tables they share (`shared_tables`), recorded as codebook `index`:
-    /// the tables and each set's bytes. In ratio mode, sets of at most `ADAPTIVE_TRIAL_SYMBOLS`
-    /// symbols in all are also coded with the adaptive range coder (version 2), whose learnt
-    /// start costs a few bytes where tables cost tens; the smaller coding is kept.
-    pub fn encode_sets<T: Element>(&self, sets: &[PredictedSet<T>], index: u32) -> Result<(SharedCodebook, Vec<Vec<u8>>)> {
+    /// the tables and each set's bytes. In ratio mode with `try_adaptive`, sets of at most
+    /// `ADAPTIVE_TRIAL_SYMBOLS` symbols in all are also coded with the adaptive range coder
+    /// (version 2), whose learnt start costs a few bytes where tables cost tens; the smaller
+    /// coding is kept.
+    pub fn encode_sets<T: Element>(
+        &self,
+        sets: &[PredictedSet<T>],
+        index: u32,
+        try_adaptive: bool,
+    ) -> Result<(SharedCodebook, Vec<Vec<u8>>)> {
         let code = |tables: SharedCodebook| -> Result<(usize, SharedCodebook, Vec<Vec<u8>>)> {
             let bytes: Vec<Vec<u8>> = sets.par_iter().map(|set| set.finish(&tables, index)).collect::<Result<_>>()?;
             Ok((bytes.iter().map(Vec::len).sum::<usize>() + tables.to_bytes().len(), tables, bytes))
         };
         let tabled = code(self.shared_tables(sets))?;
         let symbols: usize = sets.iter().flat_map(|s| &s.blocks).map(|b| b.coded.symbols.len()).sum();
-        if self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS {
+        if !try_adaptive || self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS {
             return Ok((tabled.1, tabled.2));
         }
         let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
