@@ -36,6 +36,7 @@
 //! A reader rejects symbol ids >= the alphabet size, lengths above [`MAX_CODE_LEN`], nonzero
 //! padding, and any code that is not complete (a lone symbol must have length 1).
 
+use super::bits::{BitReader, BitWriter};
 use crate::cpu;
 use crate::error::{corrupt, CodecError, Result};
 use rayon::prelude::*;
@@ -297,11 +298,11 @@ impl Codebook {
             write_varint(out, (last - first) as u64);
             prev_last = Some(last);
         }
-        let mut w = BitWriter::new(out);
+        let mut w = BitWriter::default();
         for &(_, l) in &lens {
             w.put(l - 1, 5);
         }
-        w.finish();
+        w.append_to(out);
     }
 
     /// Parses a codebook written by [`Codebook::write`] from the front of `input`; returns it
@@ -688,89 +689,6 @@ fn read_varint(input: &[u8], pos: &mut usize) -> Result<u64> {
     Err(corrupt!("Huffman codebook varint too long"))
 }
 
-/// LSB-first bit packer for the codebook's length fields (not speed critical).
-struct BitWriter<'a> {
-    out: &'a mut Vec<u8>,
-    acc: u32,
-    nbits: u32,
-}
-
-impl<'a> BitWriter<'a> {
-    fn new(out: &'a mut Vec<u8>) -> Self {
-        BitWriter { out, acc: 0, nbits: 0 }
-    }
-
-    fn put(&mut self, v: u32, bits: u32) {
-        self.acc |= v << self.nbits;
-        self.nbits += bits;
-        while self.nbits >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.nbits -= 8;
-        }
-    }
-
-    fn finish(self) {
-        if self.nbits > 0 {
-            self.out.push(self.acc as u8);
-        }
-    }
-}
-
-/// LSB-first bit reader. `buf` holds `cnt` valid bits; each bit above them is 0 or already the
-/// stream bit of that position (left from a previous load), so a refill can OR in a fresh
-/// 8-byte load unconditionally. Past the end of the input it reads zeros; `consumed` tells
-/// whether any were used.
-struct BitReader<'a> {
-    bits: &'a [u8],
-    /// Next byte to load at bit `cnt` of `buf`.
-    pos: usize,
-    buf: u64,
-    cnt: u32,
-}
-
-impl<'a> BitReader<'a> {
-    fn new(bits: &'a [u8]) -> Self {
-        BitReader { bits, pos: 0, buf: 0, cnt: 0 }
-    }
-
-    /// Ensures at least 56 valid bits.
-    #[inline(always)]
-    fn refill(&mut self) -> Result<()> {
-        let word = match self.bits.get(self.pos..self.pos + 8) {
-            Some(b) => u64::from_le_bytes(b.try_into().unwrap()),
-            None => self.tail_word()?,
-        };
-        self.buf |= word << self.cnt;
-        self.pos += (63 - self.cnt as usize) >> 3;
-        self.cnt |= 56;
-        Ok(())
-    }
-
-    #[cold]
-    fn tail_word(&self) -> Result<u64> {
-        // Everything buffered already lies past the end: the stream ran out. Stopping here
-        // bounds the work on a hostile (huge count, tiny stream) input.
-        if self.pos >= self.bits.len() + 8 {
-            return Err(corrupt!("Huffman bitstream truncated"));
-        }
-        let rest = self.bits.get(self.pos..).unwrap_or(&[]);
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        Ok(u64::from_le_bytes(b))
-    }
-
-    #[inline(always)]
-    fn consume(&mut self, n: u32) {
-        self.buf >>= n;
-        self.cnt -= n;
-    }
-
-    fn consumed(&self) -> u64 {
-        self.pos as u64 * 8 - self.cnt as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -956,11 +874,11 @@ mod tests {
     fn read_rejects_invalid_codebooks() {
         let with_lengths = |lens: &[u32]| {
             let mut ser = vec![1, 0, lens.len() as u8 - 1];
-            let mut w = BitWriter::new(&mut ser);
+            let mut w = BitWriter::default();
             for &l in lens {
                 w.put(l - 1, 5);
             }
-            w.finish();
+            w.append_to(&mut ser);
             ser
         };
         assert!(Codebook::read(&with_lengths(&[1, 2, 2]), 3).is_ok());

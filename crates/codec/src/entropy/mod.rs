@@ -4,6 +4,7 @@
 //! `adaptive` decides, chunk after chunk, when a chunked stream needs a new codebook.
 
 pub mod adaptive;
+mod bits;
 pub mod frames;
 pub mod huffman;
 pub mod offline;

@@ -13,6 +13,7 @@
 //! the two final states (u32 LE each, state 0 first) then 16-bit words (LE) in reading order;
 //! the extra bits are packed LSB first, the last byte padded with zeros.
 
+use super::bits::{BitReader, BitWriter};
 use crate::bytes::{put_varint, ByteReader};
 use crate::error::{corrupt, Result};
 
@@ -397,6 +398,8 @@ pub struct Decoder<'a> {
     pos: usize,
     next: usize,
     bits: BitReader<'a>,
+    /// The extra bits' bytes, for checking at the end that they were all used.
+    extra: &'a [u8],
     tables: &'a Tables,
     info: &'static [(u32, u32, bool); TOKENS],
 }
@@ -414,7 +417,8 @@ impl<'a> Decoder<'a> {
         if states.iter().any(|&x| !(LOW..=u32::MAX).contains(&x)) {
             return Err(corrupt!("rANS state below its range"));
         }
-        Ok(Decoder { states, words: &rans[8..], pos: 0, next: 0, bits: BitReader::new(&bytes[r.position()..]), tables, info: token_info() })
+        let extra = &bytes[r.position()..];
+        Ok(Decoder { states, words: &rans[8..], pos: 0, next: 0, bits: BitReader::new(extra), extra, tables, info: token_info() })
     }
 
     /// The next residual, coded in `context`.
@@ -439,7 +443,14 @@ impl<'a> Decoder<'a> {
             return Ok(0);
         }
         let (base, extra, negative) = self.info[t];
-        let m = if extra == 0 { base } else { base | self.bits.get(extra) } as i32;
+        let m = if extra == 0 {
+            base
+        } else {
+            self.bits.refill()?;
+            let low = self.bits.buf as u32 & ((1 << extra) - 1);
+            self.bits.consume(extra);
+            base | low
+        } as i32;
         Ok(if negative { -m } else { m })
     }
 
@@ -448,71 +459,11 @@ impl<'a> Decoder<'a> {
         if self.pos != self.words.len() || self.states != [LOW; 2] {
             return Err(corrupt!("rANS symbols end after {} of {} bytes, or in another state", self.pos, self.words.len()));
         }
-        self.bits.finish()
-    }
-}
-
-/// Bits packed LSB first.
-#[derive(Default)]
-struct BitWriter {
-    out: Vec<u8>,
-    acc: u64,
-    used: u32,
-}
-
-impl BitWriter {
-    #[inline(always)]
-    fn put(&mut self, value: u32, n: u32) {
-        self.acc |= (value as u64) << self.used;
-        self.used += n;
-        if self.used >= 32 {
-            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
-            self.acc >>= 32;
-            self.used -= 32;
+        let used = self.bits.consumed();
+        if used.div_ceil(8) != self.extra.len() as u64 {
+            return Err(corrupt!("extra bits end after {} of {} bytes", used.div_ceil(8), self.extra.len()));
         }
-    }
-
-    /// The bits so far, the last byte padded with zeros.
-    fn append_to(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.out);
-        out.extend_from_slice(&self.acc.to_le_bytes()[..self.used.div_ceil(8) as usize]);
-    }
-}
-
-struct BitReader<'a> {
-    bytes: &'a [u8],
-    /// Bits consumed.
-    pos: usize,
-}
-
-impl<'a> BitReader<'a> {
-    fn new(bytes: &'a [u8]) -> BitReader<'a> {
-        BitReader { bytes, pos: 0 }
-    }
-
-    /// The next `n` bits (at most 16); zeros past the end, which `finish` refuses.
-    #[inline(always)]
-    fn get(&mut self, n: u32) -> u32 {
-        let byte = self.pos / 8;
-        let word = match self.bytes.get(byte..byte + 4) {
-            Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            None => {
-                let mut w = [0u8; 4];
-                for (k, slot) in w.iter_mut().enumerate() {
-                    *slot = self.bytes.get(byte + k).copied().unwrap_or(0);
-                }
-                u32::from_le_bytes(w)
-            }
-        };
-        self.pos += n as usize;
-        (word >> ((self.pos - n as usize) % 8)) & ((1u32 << n) - 1)
-    }
-
-    fn finish(self) -> Result<()> {
-        if self.pos.div_ceil(8) != self.bytes.len() {
-            return Err(corrupt!("extra bits end after {} of {} bytes", self.pos.div_ceil(8), self.bytes.len()));
-        }
-        if !self.pos.is_multiple_of(8) && self.bytes[self.pos / 8] >> (self.pos % 8) != 0 {
+        if !used.is_multiple_of(8) && self.extra[(used / 8) as usize] >> (used % 8) != 0 {
             return Err(corrupt!("extra bits padded with ones"));
         }
         Ok(())
