@@ -84,6 +84,10 @@ const WEIGHTS_TAG: u8 = b'F';
 const ALL_WEIGHTS_TAG: u8 = b'W';
 
 impl SharedCodebook {
+    fn new(codebook: Codebook, start: Option<Start>, tables: Option<rans::Tables>, weights: Option<Weights>) -> SharedCodebook {
+        SharedCodebook { codebook, start, tables, weights, walker: OnceLock::new() }
+    }
+
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.codebook.write(&mut out);
@@ -132,7 +136,7 @@ impl SharedCodebook {
         if r.remaining() != 0 {
             return Err(corrupt!("{} unexpected bytes after the shared tables", r.remaining()));
         }
-        Ok(SharedCodebook { codebook, start, tables, weights, walker: OnceLock::new() })
+        Ok(SharedCodebook::new(codebook, start, tables, weights))
     }
 }
 
@@ -292,17 +296,17 @@ impl BlockSetEncoder {
         if !try_adaptive || self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS {
             return Ok((tabled.1, tabled.2));
         }
-        let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
-        let start = Start::learn(streams.iter().map(|(s, n)| (&s[..], &n[..])), ZERO, neighbour_count(self.unit.len()));
-        let adaptive = code(SharedCodebook {
-            codebook: Codebook::from_histogram(&[]),
-            start: Some(start),
-            tables: None,
-            weights: self.weights().cloned(),
-            walker: OnceLock::new(),
-        })?;
+        let adaptive = code(self.adaptive_tables(sets))?;
         let best = if adaptive.0 < tabled.0 { adaptive } else { tabled };
         Ok((best.1, best.2))
+    }
+
+    /// What `sets` share for the adaptive range coder (version 2): its start, learnt from all
+    /// their symbols.
+    fn adaptive_tables<T: Element>(&self, sets: &[PredictedSet<T>]) -> SharedCodebook {
+        let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
+        let start = Start::learn(streams.iter().map(|(s, n)| (&s[..], &n[..])), ZERO, neighbour_count(self.unit.len()));
+        SharedCodebook::new(Codebook::from_histogram(&[]), Some(start), None, self.weights().cloned())
     }
 
     /// What `sets` share, to be stored once beside them: in ratio mode the context coder's
@@ -327,13 +331,7 @@ impl BlockSetEncoder {
                             a
                         },
                     );
-                SharedCodebook {
-                    codebook: Codebook::from_histogram(&[]),
-                    start: None,
-                    tables: Some(counts.tables()),
-                    weights,
-                    walker: OnceLock::new(),
-                }
+                SharedCodebook::new(Codebook::from_histogram(&[]), None, Some(counts.tables()), weights)
             }
             Preset::Speed => {
                 let mut h = vec![0u64; self.q.alphabet()];
@@ -342,7 +340,7 @@ impl BlockSetEncoder {
                         huffman::add_counts(&mut h, &b.coded.symbols);
                     }
                 }
-                SharedCodebook { codebook: Codebook::from_histogram(&h), start: None, tables: None, weights, walker: OnceLock::new() }
+                SharedCodebook::new(Codebook::from_histogram(&h), None, None, weights)
             }
         }
     }
@@ -765,25 +763,22 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     if codebook.codebook.symbol_limit() > q.alphabet() {
         return Err(corrupt!("codebook has symbols beyond the alphabet"));
     }
-    let context_coded = |decode: &NearDecoder| -> Result<Vec<u16>> {
+    let symbols = if h.version == HUFFMAN {
+        read_segments(&mut r, total, &codebook.codebook)?.0
+    } else {
         if r.remaining() != 0 {
             return Err(corrupt!("{} unexpected bytes after the block records", r.remaining()));
         }
         let mut symbols = vec![0u16; total];
-        decode(&near_table(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), unit), &mut symbols)?;
-        Ok(symbols)
-    };
-    let count = neighbour_count(unit.len());
-    let symbols = match (h.version, &codebook.start, &codebook.tables) {
-        (RANGE_CODED, Some(start), _) => {
-            context_coded(&|near, out| residuals::decode(h.ranged, ZERO, q.alphabet(), start, near, count, out))?
+        let near = near_table(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), unit);
+        let count = neighbour_count(unit.len());
+        match (h.version, &codebook.start, &codebook.tables) {
+            (RANGE_CODED, Some(start), _) => residuals::decode(h.ranged, ZERO, q.alphabet(), start, &near, count, &mut symbols)?,
+            (TABLED, _, Some(tables)) => residuals::decode_tabled(h.ranged, ZERO, q.alphabet(), tables, &near, count, &mut symbols)?,
+            (RANGE_CODED, ..) => return Err(corrupt!("a range-coded block set, but the array's tables have no range coder start")),
+            _ => return Err(corrupt!("a context-coded block set, but the array has no context coder tables")),
         }
-        (TABLED, _, Some(tables)) => {
-            context_coded(&|near, out| residuals::decode_tabled(h.ranged, ZERO, q.alphabet(), tables, near, count, out))?
-        }
-        (RANGE_CODED, ..) => return Err(corrupt!("a range-coded block set, but the array's tables have no range coder start")),
-        (TABLED, ..) => return Err(corrupt!("a context-coded block set, but the array has no context coder tables")),
-        _ => read_segments(&mut r, total, &codebook.codebook)?.0,
+        symbols
     };
     // Stencils only for a set that has fitted blocks.
     let built;
@@ -832,9 +827,6 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
         })
         .collect()
 }
-
-/// Decodes a set's context-coded symbols given their neighbours in space.
-type NearDecoder<'a> = dyn Fn(&[Near], &mut [u16]) -> Result<()> + 'a;
 
 /// A partial block's symbols with the zero-residual code put back at its absent cells, which
 /// the encoder dropped: their places in the walk come from walking a stand-in block with the
@@ -888,7 +880,7 @@ mod tests {
             let codebook = enc.shared_tables(std::slice::from_ref(&set));
             let mut written = vec![(TABLED, codebook)];
             if preset == Preset::Ratio {
-                written.push((RANGE_CODED, legacy(&set, &enc)));
+                written.push((RANGE_CODED, enc.adaptive_tables(std::slice::from_ref(&set))));
             } else {
                 written[0].0 = HUFFMAN;
             }
@@ -909,19 +901,6 @@ mod tests {
                 }
                 assert!(decode::<f64>(&bytes, &codebook, &unit, 1e-3, 50).is_err(), "positions beyond the grid are refused");
             }
-        }
-    }
-
-    /// The tables of block sets as written before the context coder: the range coder's start.
-    fn legacy<T: Element>(set: &PredictedSet<T>, enc: &BlockSetEncoder) -> SharedCodebook {
-        let (symbols, near) = (set.symbols(), set.near());
-        let start = Start::learn([(&symbols[..], &near[..])], ZERO, neighbour_count(set.unit.len()));
-        SharedCodebook {
-            codebook: Codebook::from_histogram(&[]),
-            start: Some(start),
-            tables: None,
-            weights: enc.weights().cloned(),
-            walker: OnceLock::new(),
         }
     }
 
@@ -1035,9 +1014,9 @@ mod tests {
             }
         }
         // The same tables without the weights cannot decode the set, nor without the context tables.
-        let bare = SharedCodebook { weights: None, walker: OnceLock::new(), ..codebook };
+        let bare = SharedCodebook::new(codebook.codebook, codebook.start, codebook.tables, None);
         assert!(decode::<f64>(&bytes, &bare, &unit, eb, 10).is_err());
-        let huffman = SharedCodebook { tables: None, weights: enc.weights().cloned(), walker: OnceLock::new(), ..bare };
+        let huffman = SharedCodebook::new(bare.codebook, bare.start, None, enc.weights().cloned());
         assert!(decode::<f64>(&bytes, &huffman, &unit, eb, 10).is_err());
     }
 

@@ -275,13 +275,12 @@ fn compress_field<T: Element>(
 ) -> Result<Coded> {
     let dim = origin.len();
     let tiling = Tiling::new(origin.to_vec(), vec![unit; dim], vec![edge; dim]).map_err(|e| invalid!("{e}"))?;
-    let choice = std::cell::RefCell::new(None::<Choice>);
-    let compress = |eb: f64, measure: bool| -> Result<LevelStreams> {
+    let mut choice: Option<Choice> = None;
+    let mut compress = |eb: f64, measure: bool| -> Result<LevelStreams> {
         let first = u32::try_from(first_table).map_err(|_| invalid!("too many shared tables"))?;
-        let known = choice.borrow().clone();
         let streams =
-            amrzip_amr::compress_level(boxes, &tiling, cfg, eb, o.adaptive_block, o.shared_tables, measure, first, known.as_ref())?;
-        *choice.borrow_mut() = Some(streams.choice.clone());
+            amrzip_amr::compress_level(boxes, &tiling, cfg, eb, o.adaptive_block, o.shared_tables, measure, first, choice.as_ref())?;
+        choice = Some(streams.choice.clone());
         Ok(streams)
     };
     if !o.conserve_mean {

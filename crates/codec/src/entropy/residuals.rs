@@ -1,5 +1,7 @@
-//! Quantization symbols coded as adaptive binary decisions (`rangecoder`), conditioned on the
-//! size of the residuals just before: what a block set's symbols are in ratio mode.
+//! Quantization symbols coded in contexts of the size of the residuals just before: what a
+//! block set's symbols are in ratio mode. One model, two coders: one token per symbol from a
+//! static table per context (`rans`, `model` and `decode_tabled`, format.md 14.4), or adaptive
+//! binary decisions (`rangecoder`, `encode` and `decode`, 14.3), described here.
 //!
 //! Residuals are heteroscedastic: where a field varies strongly (high density in a lognormal
 //! field, say) the prediction errors of a whole region are large, elsewhere small, and one
@@ -310,12 +312,17 @@ fn into(out: &mut [u16], zero: u16, alphabet: usize) -> impl FnMut(i32) -> Resul
 /// The table-driven coder's contexts: a class and the sign of the last nonzero residual.
 pub const CONTEXTS: usize = 2 * CLASSES;
 
+#[inline(always)]
+fn context(class: usize, prev_negative: bool) -> usize {
+    2 * class + prev_negative as usize
+}
+
 struct Tabled<C>(C);
 
 impl SymbolCoder for Tabled<&mut rans::Encoder> {
     #[inline(always)]
     fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
-        self.0.residual(2 * class + prev_negative as usize, d);
+        self.0.residual(context(class, prev_negative), d);
         Ok(d)
     }
 }
@@ -323,7 +330,7 @@ impl SymbolCoder for Tabled<&mut rans::Encoder> {
 impl SymbolCoder for Tabled<&mut rans::Decoder<'_>> {
     #[inline(always)]
     fn code(&mut self, class: usize, prev_negative: bool, _: i32) -> Result<i32> {
-        self.0.residual(2 * class + prev_negative as usize)
+        self.0.residual(context(class, prev_negative))
     }
 }
 
