@@ -5,6 +5,7 @@ The C examples themselves are built and run by `make examples`."""
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import shutil
 import struct
@@ -270,18 +271,36 @@ def test_random_bytes_are_rejected(stream):
 
 
 def header_end(s: bytes) -> int | None:
-    """Offset of the header checksum (layout in crates/codec/src/stream.rs), if the fields it
-    depends on are there."""
+    """Offset of the header checksum (version-2 layout, docs/format.md section 3), if the fields
+    it depends on are there."""
+
+    def varint(at: int) -> tuple[int, int]:
+        v, shift = 0, 0
+        while True:
+            b = s[at]
+            v, at, shift = v | (b & 0x7F) << shift, at + 1, shift + 7
+            if b < 0x80 or shift > 63:
+                return v, at
+
     try:
         ndim = s[6]
-        at = 32 + 16 * ndim
-        (codebook_len,) = struct.unpack_from("<I", s, at)
-        at += 4 + codebook_len
-        (chunks,) = struct.unpack_from("<Q", s, at)
-    except (IndexError, struct.error):
+        at = 10 + 8 + (8 if s[8] & 0x80 else 0)
+        _, at = varint(at)  # radius
+        dims = []
+        for _ in range(2 * ndim):
+            d, at = varint(at)
+            dims.append(d)
+        codebook_len, at = varint(at)
+        at += codebook_len
+        chunks = math.prod(-(-n // c) if c else 0 for n, c in zip(dims[:ndim], dims[ndim:]))
+        if chunks > len(s):
+            return None
+        for _ in range(chunks):
+            _, at = varint(at + 1)
+            _, at = varint(at)
+    except IndexError:
         return None
-    end = at + 8 + 17 * chunks
-    return end if end + 8 <= len(s) else None
+    return at if at + 8 <= len(s) else None
 
 
 def test_damage_behind_valid_checksums_never_crashes(stream):

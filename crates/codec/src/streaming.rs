@@ -65,6 +65,8 @@ pub struct StreamEncoder {
     range: (f64, f64),
     rms_per_eb: f64,
     stats: EncoderStats,
+    /// Every record is read on its own (see `standalone`).
+    standalone: bool,
 }
 
 /// Tries per chunk before a PSNR target falls back to the bound that guarantees it outright.
@@ -100,7 +102,14 @@ impl StreamEncoder {
             }
         }
         let range = (f64::INFINITY, f64::NEG_INFINITY);
-        Ok(StreamEncoder { config, policy, current: None, last_eb: None, range, rms_per_eb: 0.5, stats: EncoderStats::default() })
+        Ok(StreamEncoder { config, policy, current: None, last_eb: None, range, rms_per_eb: 0.5, stats: EncoderStats::default(), standalone: false })
+    }
+
+    /// For records each read on their own, as the HDF5 filter's chunks are: no record inherits a
+    /// codebook (the rebuild policy), and in ratio mode a record may be coded in context, as
+    /// `compress` does (such records count as rebuilt).
+    pub fn standalone(self) -> StreamEncoder {
+        StreamEncoder { policy: Policy::Rebuild, standalone: true, ..self }
     }
 
     pub fn stats(&self) -> &EncoderStats {
@@ -229,6 +238,7 @@ impl StreamEncoder {
             Decision::Rebuild => self.rebuild(&prepared, current_spread)?,
             Decision::StartOver => self.start_over(&prepared, current_spread)?,
         };
+        let record = if self.standalone { prepared.or_in_context(&self.config, record)? } else { record };
         if let Some(c) = self.current.as_mut() {
             c.predictor = prepared.predictor;
             c.unprobed = if decision == Decision::StartOver { 0 } else { c.unprobed + data.len() as u64 };
@@ -296,7 +306,7 @@ impl StreamDecoder {
 
     pub fn decode<T: Element>(&mut self, record: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
         let (values, shape, codebook) = threads::run_with(self.threads, || decompress_with::<T>(record, self.codebook.as_ref()))?;
-        self.codebook = Some(codebook);
+        self.codebook = codebook;
         Ok((values, shape))
     }
 }

@@ -231,29 +231,61 @@ fn crc32(data: &[u8]) -> u32 {
     !data.iter().fold(!0u32, |c, &b| TABLE[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8))
 }
 
-/// Bytes before the bound: magic, version, dtype, ndim, preset, bound mode, 3 reserved.
-const LEAD: usize = 12;
+/// Bytes before the bound: magic, version, dtype, ndim, preset, bound mode, codebook source.
+const LEAD: usize = 10;
 const NDIM_AT: usize = 6;
-/// predictor u8, stored length u64, raw length u64.
-const ENTRY_BYTES: usize = 17;
+/// The bound mode byte, whose top bit says that the absolute bound follows the bound.
+const MODE_AT: usize = 8;
 /// Raw bytes per lossless frame (the chunk payload is a frame table, then the frames).
 const FRAME_BYTES: usize = 1 << 20;
-
-fn le_u32(s: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(s.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
 
 fn le_u64(s: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(s.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
+/// The chunks a (possibly damaged) shape and chunk shape make, None on overflow.
+fn grid(dims: &[u64]) -> Option<u64> {
+    let (shape, chunk) = dims.split_at(dims.len() / 2);
+    shape.iter().zip(chunk).try_fold(1u64, |acc, (&n, &c)| acc.checked_mul(n.checked_div(c)? + u64::from(c != 0 && n % c != 0)))
+}
+
+/// The header's fields up to the chunk entries: (eb, radius, dims, codebook range, entries
+/// offset), walking its varints.
+#[allow(clippy::type_complexity)]
+fn header_fields(s: &[u8]) -> Option<(Option<f64>, u64, Vec<u64>, Range<usize>, usize)> {
+    let ndim = *s.get(NDIM_AT)? as usize;
+    let mut at = LEAD + 8;
+    let eb = if *s.get(MODE_AT)? & 0x80 != 0 {
+        at += 8;
+        Some(f64::from_bits(le_u64(s, at - 8)?))
+    } else {
+        None
+    };
+    let radius = read_varint(s, &mut at)?;
+    let dims = (0..2 * ndim).map(|_| read_varint(s, &mut at)).collect::<Option<Vec<u64>>>()?;
+    let cb_len = usize::try_from(read_varint(s, &mut at)?).ok()?;
+    let codebook = at..at.checked_add(cb_len).filter(|&e| e <= s.len())?;
+    Some((eb, radius, dims, codebook.clone(), codebook.end))
+}
+
+/// The chunk entries from `at` (as many as the grid has), and where they end.
+fn entries_at(s: &[u8], mut at: usize, dims: &[u64]) -> Option<(Vec<Entry>, usize)> {
+    let n = grid(dims)?;
+    let mut entries = Vec::new();
+    for _ in 0..n {
+        let predictor = *s.get(at)?;
+        at += 1;
+        let stored_len = read_varint(s, &mut at)?;
+        let raw_len = read_varint(s, &mut at)?;
+        entries.push(Entry { predictor, stored_len, raw_len });
+    }
+    Some((entries, at))
+}
+
 /// Offset of the header checksum, found by walking the header's length fields.
 fn header_end(s: &[u8]) -> Option<usize> {
-    let ndim = *s.get(NDIM_AT)? as usize;
-    let at = LEAD + 8 + 8 + 4 + 16 * ndim;
-    let at = at.checked_add(4)?.checked_add(le_u32(s, at)? as usize)?;
-    let n_chunks = usize::try_from(le_u64(s, at)?).ok()?;
-    let end = at.checked_add(8)?.checked_add(n_chunks.checked_mul(ENTRY_BYTES)?)?;
+    let (_, _, dims, _, at) = header_fields(s)?;
+    let (_, end) = entries_at(s, at, &dims)?;
     (end <= s.len()).then_some(end)
 }
 
@@ -285,12 +317,13 @@ struct Entry {
 struct Parts {
     lead: [u8; LEAD],
     bound: f64,
+    /// Written where the mode byte's top bit is set.
     eb: f64,
-    radius: u32,
+    radius: u64,
     /// Shape, then chunk shape.
     dims: Vec<u64>,
     codebook: Vec<u8>,
-    n_chunks: u64,
+    /// As many as the grid has, unless an edit says otherwise.
     entries: Vec<Entry>,
     payloads: Vec<Vec<u8>>,
 }
@@ -298,19 +331,8 @@ struct Parts {
 impl Parts {
     /// Splits a stream the codec wrote.
     fn parse(s: &[u8]) -> Parts {
-        let ndim = s[NDIM_AT] as usize;
-        let f64_at = |at: usize| f64::from_bits(le_u64(s, at).unwrap());
-        let dims_at = LEAD + 20;
-        let cb_at = dims_at + 16 * ndim;
-        let cb_len = le_u32(s, cb_at).unwrap() as usize;
-        let count_at = cb_at + 4 + cb_len;
-        let n_chunks = le_u64(s, count_at).unwrap();
-        let entries: Vec<Entry> = (0..n_chunks as usize)
-            .map(|k| {
-                let at = count_at + 8 + k * ENTRY_BYTES;
-                Entry { predictor: s[at], stored_len: le_u64(s, at + 1).unwrap(), raw_len: le_u64(s, at + 9).unwrap() }
-            })
-            .collect();
+        let (eb, radius, dims, codebook, at) = header_fields(s).expect("a corpus header");
+        let (entries, _) = entries_at(s, at, &dims).expect("corpus entries");
         let mut at = header_end(s).unwrap() + 4;
         let payloads = entries
             .iter()
@@ -321,14 +343,14 @@ impl Parts {
             })
             .collect();
         assert_eq!(at + 4, s.len(), "payloads do not end 4 bytes before the stream does");
+        let bound = f64::from_bits(le_u64(s, LEAD).unwrap());
         Parts {
             lead: s[..LEAD].try_into().unwrap(),
-            bound: f64_at(LEAD),
-            eb: f64_at(LEAD + 8),
-            radius: le_u32(s, LEAD + 16).unwrap(),
-            dims: (0..2 * ndim).map(|d| le_u64(s, dims_at + 8 * d).unwrap()).collect(),
-            codebook: s[cb_at + 4..cb_at + 4 + cb_len].to_vec(),
-            n_chunks,
+            bound,
+            eb: eb.unwrap_or(bound),
+            radius,
+            dims,
+            codebook: s[codebook].to_vec(),
             entries,
             payloads,
         }
@@ -337,18 +359,19 @@ impl Parts {
     fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.lead.to_vec();
         out.extend_from_slice(&self.bound.to_le_bytes());
-        out.extend_from_slice(&self.eb.to_le_bytes());
-        out.extend_from_slice(&self.radius.to_le_bytes());
-        for d in &self.dims {
-            out.extend_from_slice(&d.to_le_bytes());
+        if self.lead[MODE_AT] & 0x80 != 0 {
+            out.extend_from_slice(&self.eb.to_le_bytes());
         }
-        out.extend_from_slice(&(self.codebook.len() as u32).to_le_bytes());
+        put_varint(&mut out, self.radius);
+        for &d in &self.dims {
+            put_varint(&mut out, d);
+        }
+        put_varint(&mut out, self.codebook.len() as u64);
         out.extend_from_slice(&self.codebook);
-        out.extend_from_slice(&self.n_chunks.to_le_bytes());
         for e in &self.entries {
             out.push(e.predictor);
-            out.extend_from_slice(&e.stored_len.to_le_bytes());
-            out.extend_from_slice(&e.raw_len.to_le_bytes());
+            put_varint(&mut out, e.stored_len);
+            put_varint(&mut out, e.raw_len);
         }
         out.extend_from_slice(&crc32(&out).to_le_bytes());
         let start = out.len();
@@ -655,14 +678,14 @@ fn hostile_f64() -> impl Strategy<Value = f64> {
 /// An edit of one header field; the checksums are rebuilt afterwards.
 #[derive(Clone, Debug)]
 enum HeaderEdit {
-    /// Magic, version, dtype, ndim, preset, bound mode or a reserved byte.
+    /// Magic, version, dtype, ndim, preset, bound mode or codebook source.
     Lead {
         at: Index,
         value: u8,
     },
     Bound(f64),
     Eb(f64),
-    Radius(u32),
+    Radius(u64),
     Dim {
         at: Index,
         value: u64,
@@ -674,7 +697,8 @@ enum HeaderEdit {
         chunk: Vec<u64>,
     },
     Codebook(Vec<ByteEdit>),
-    ChunkCount(u64),
+    /// How many chunk entries are written (their payloads with them), whatever the grid says.
+    EntryCount(u64),
     Entry {
         at: Index,
         predictor: Option<u8>,
@@ -694,21 +718,38 @@ fn header_edits() -> impl Strategy<Value = HeaderEdit> {
         3 => (any::<Index>(), prop_oneof![0u8..=5, any::<u8>()]).prop_map(|(at, value)| HeaderEdit::Lead { at, value }),
         1 => hostile_f64().prop_map(HeaderEdit::Bound),
         2 => hostile_f64().prop_map(HeaderEdit::Eb),
-        2 => prop_oneof![0u32..=3, 32767u32..=32769, Just(1 << 15), any::<u32>()].prop_map(HeaderEdit::Radius),
+        2 => prop_oneof![0u64..=3, 32767u64..=32769, Just(1 << 15), hostile_u64()].prop_map(HeaderEdit::Radius),
         2 => (any::<Index>(), hostile_u64()).prop_map(|(at, value)| HeaderEdit::Dim { at, value }),
         4 => dims.prop_map(|(shape, chunk)| HeaderEdit::Grid { shape, chunk }),
         3 => prop::collection::vec(byte_edits(), 1..4).prop_map(HeaderEdit::Codebook),
-        1 => hostile_u64().prop_map(HeaderEdit::ChunkCount),
+        1 => hostile_u64().prop_map(HeaderEdit::EntryCount),
         3 => (any::<Index>(), prop::option::of(0u8..=4), prop::option::of(hostile_u64()), prop::option::of(hostile_u64()))
             .prop_map(|(at, predictor, stored_len, raw_len)| HeaderEdit::Entry { at, predictor, stored_len, raw_len }),
     ]
+}
+
+/// Makes the chunk table `n` entries long (at most `MAX_GRID_ENTRIES` written), entries and
+/// payloads repeated from the original.
+fn resize_entries(p: &mut Parts, n: u64) {
+    let written = n.min(MAX_GRID_ENTRIES) as usize;
+    let (entries, payloads) = (p.entries.clone(), p.payloads.clone());
+    if entries.is_empty() {
+        p.entries = vec![Entry { predictor: 0, stored_len: 0, raw_len: 0 }; written];
+        p.payloads = vec![Vec::new(); written];
+    } else {
+        p.entries = entries.iter().cycle().take(written).cloned().collect();
+        p.payloads = payloads.iter().cycle().take(written).cloned().collect();
+    }
 }
 
 fn apply_header_edit(p: &mut Parts, edit: &HeaderEdit) {
     match edit {
         HeaderEdit::Lead { at, value } => p.lead[at.index(LEAD)] = *value,
         HeaderEdit::Bound(v) => p.bound = *v,
-        HeaderEdit::Eb(v) => p.eb = *v,
+        HeaderEdit::Eb(v) => {
+            p.eb = *v;
+            p.lead[MODE_AT] |= 0x80;
+        }
         HeaderEdit::Radius(v) => p.radius = *v,
         HeaderEdit::Dim { at, value } => {
             if !p.dims.is_empty() {
@@ -719,27 +760,14 @@ fn apply_header_edit(p: &mut Parts, edit: &HeaderEdit) {
         HeaderEdit::Grid { shape, chunk } => {
             p.lead[NDIM_AT] = shape.len() as u8;
             p.dims = shape.iter().chain(chunk).copied().collect();
-            let grid = shape
-                .iter()
-                .zip(chunk)
-                .try_fold(1u64, |acc, (&n, &c)| acc.checked_mul(n.checked_div(c)? + u64::from(c != 0 && n % c != 0)));
-            p.n_chunks = grid.unwrap_or(u64::MAX);
-            let written = p.n_chunks.min(MAX_GRID_ENTRIES) as usize;
-            let (entries, payloads) = (p.entries.clone(), p.payloads.clone());
-            if entries.is_empty() {
-                p.entries = vec![Entry { predictor: 0, stored_len: 0, raw_len: 0 }; written];
-                p.payloads = vec![Vec::new(); written];
-            } else {
-                p.entries = entries.iter().cycle().take(written).cloned().collect();
-                p.payloads = payloads.iter().cycle().take(written).cloned().collect();
-            }
+            resize_entries(p, grid(&p.dims).unwrap_or(u64::MAX));
         }
         HeaderEdit::Codebook(edits) => {
             for e in edits {
                 apply_byte_edit(&mut p.codebook, 0..0, e);
             }
         }
-        HeaderEdit::ChunkCount(n) => p.n_chunks = *n,
+        HeaderEdit::EntryCount(n) => resize_entries(p, *n),
         HeaderEdit::Entry { at, predictor, stored_len, raw_len } => {
             if !p.entries.is_empty() {
                 let k = at.index(p.entries.len());

@@ -93,7 +93,7 @@ fn with_encoder<R>(p: &Params, bound: f64, config: Config, f: impl FnOnce(&mut S
         if encoders.len() >= MAX_ENCODERS {
             encoders.clear();
         }
-        encoders.insert(key.clone(), StreamEncoder::new(config, Policy::Rebuild)?);
+        encoders.insert(key.clone(), StreamEncoder::new(config, Policy::Rebuild)?.standalone());
     }
     f(encoders.get_mut(&key).expect("inserted above"))
 }

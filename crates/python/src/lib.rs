@@ -182,6 +182,7 @@ pub(crate) fn info_dict<'py>(py: Python<'py>, i: &StreamInfo) -> PyResult<Bound<
             format!("built-in {id} ({name})")
         }
         (CodebookSource::Previous, _) => "previous record".to_string(),
+        (CodebookSource::Contexts, _) => "none: coded in context".to_string(),
         _ => "inline".to_string(),
     };
     d.set_item("codebook", codebook)?;

@@ -444,6 +444,7 @@ impl ChunkedReader {
                 CodebookSource::Inline => "new",
                 CodebookSource::Previous => "kept",
                 CodebookSource::Offline => "built-in",
+                CodebookSource::Contexts => "in context",
             };
             codebooks.set_item(kind, n)?;
         }

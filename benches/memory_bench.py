@@ -1,0 +1,116 @@
+"""Peak memory of amrzip's AMR writes and reads, against the raw size of the largest (level, field) array.
+
+    .venv/bin/python benches/memory_bench.py                      # every dataset of amr_bench, 1 and all threads
+    .venv/bin/python benches/memory_bench.py --datasets nyx --threads 1 --json out.json
+
+Each measurement runs in a process of its own (Linux only: it reads /proc/self/status).  The process loads the
+dataset (amr_bench's loaders), makes every box an in-memory array, resets its peak resident size
+(/proc/self/clear_refs), and then writes the whole hierarchy with amrzip.write (all fields, the writer's defaults, the
+given mode and rel bound); then, peak reset again, opens the snapshot and reads every box of every field (each dropped once read).  "Extra" is
+the peak resident size during the step minus the resident size before it: what the write (read) held on top of the
+hierarchy.  A writer that works one (level, field) at a time needs about that array's raw size, plus what it codes
+it into.  The numbers include what the allocator keeps of freed memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import markdown_table  # noqa: E402
+
+MB = 1e6
+
+
+def _status(key: str) -> int:
+    """A /proc/self/status field, in bytes."""
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _reset_peak() -> int:
+    """Resets the peak resident size to the current one; returns it."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status("VmRSS")
+
+
+def measure(dataset: str, mode: str, rel: float, threads: int) -> dict:
+    """One measurement, in this process (see the module's docstring)."""
+    import dataclasses
+
+    import numpy as np
+
+    import amr_bench as ab
+    import amrzip
+
+    h = ab.DATASETS[dataset][1](False)
+    arrays = {(L, f): [np.array(lev.box_data(f, i)) for i in range(lev.num_boxes)]
+              for L, lev in enumerate(h.levels) for f in h.fields}
+    levels = [dataclasses.replace(lev, loader=lambda f, i, L=L: arrays[(L, f)][i]) for L, lev in enumerate(h.levels)]
+    h = dataclasses.replace(h, levels=levels)
+    sizes = {key: sum(a.nbytes for a in boxes) for key, boxes in arrays.items()}
+    with tempfile.TemporaryDirectory(prefix="memory_bench_") as tmp:
+        before = _reset_peak()
+        amrzip.write(h, os.path.join(tmp, "store"), rel=rel, mode=mode, threads=threads)
+        write_extra = _status("VmHWM") - before
+        before = _reset_peak()
+        ds = amrzip.open(os.path.join(tmp, "store"), threads=threads)
+        back = ds.to_hierarchy()
+        total = sum(back.level(L).box_data(f, i).nbytes for L in range(back.num_levels) for f in back.fields
+                    for i in range(back.level(L).num_boxes))
+        read_extra = _status("VmHWM") - before
+    largest = max(sizes.values())
+    return {"dataset": dataset, "mode": mode, "rel": rel, "threads": threads, "total_bytes": sum(sizes.values()),
+            "largest_bytes": largest, "write_extra": write_extra, "read_extra": read_extra, "read_bytes": total,
+            "write_over_largest": write_extra / largest, "read_over_largest": read_extra / largest}
+
+
+def main() -> None:
+    import amr_bench as ab
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", default=",".join(ab.DATASETS), help=f"comma list of {', '.join(ab.DATASETS)}")
+    p.add_argument("--modes", default="ratio,speed")
+    p.add_argument("--rel", type=float, default=1e-4)
+    p.add_argument("--threads", default=f"1,{os.cpu_count()}", help="comma list of thread counts")
+    p.add_argument("--json", help="write the measurements to this path")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # dataset:mode:rel:threads, run in a child process
+    a = p.parse_args()
+    if a.one:
+        d, mode, rel, threads = a.one.split(":")
+        print(json.dumps(measure(d, mode, float(rel), int(threads))))
+        return
+    if not Path("/proc/self/clear_refs").exists():
+        sys.exit("memory_bench needs Linux's /proc/self/clear_refs to reset the peak resident size")
+    runs = []
+    for d in a.datasets.split(","):
+        for mode in a.modes.split(","):
+            for t in sorted({int(v) for v in a.threads.split(",")}):
+                out = subprocess.run([sys.executable, __file__, "--one", f"{d}:{mode}:{a.rel}:{t}"],
+                                     capture_output=True, text=True)
+                if out.returncode != 0:
+                    print(f"{d} {mode} threads {t}: FAILED\n{out.stderr[-2000:]}", file=sys.stderr)
+                    continue
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"{d} {mode} threads {t}: done", file=sys.stderr)
+    rows = [[r["dataset"], r["mode"], str(r["threads"]), f"{r['total_bytes'] / MB:.1f}", f"{r['largest_bytes'] / MB:.1f}",
+             f"{r['write_extra'] / MB:.1f}", f"{r['write_over_largest']:.2f}", f"{r['read_extra'] / MB:.1f}",
+             f"{r['read_over_largest']:.2f}"] for r in runs]
+    print(f"# Peak memory of a whole-hierarchy write and read (rel {a.rel:g}, all fields)\n")
+    print(markdown_table(["dataset", "mode", "threads", "hierarchy MB", "largest (level, field) MB", "write extra MB",
+                          "write / largest", "read extra MB", "read / largest"], rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(runs, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+//! The context-modelled entropy stage of a plain stream in ratio mode (format.md 5.2): the
+//! symbols of each segment coded in the contexts of `residuals` (the window of residuals just
+//! before), by one of two coders chosen per stream for the fewer bytes:
+//!
+//! - `Adaptive`: binary decisions whose probabilities start at one half and adapt. Nothing is
+//!   stored beside the symbols, which is what small arrays need (a Huffman table or context
+//!   tables can outweigh their symbols).
+//! - `Tabled`: one static table per context learnt from the whole array and stored once in the
+//!   header; decodes a token per step, for arrays large enough to pay for the tables.
+//!
+//! Against Huffman codes plus zstd, both follow regions of large and small residuals (a
+//! lognormal field's dense parts, say) instead of paying one code for the mixture.
+
+use super::rans::{self, Tables};
+use super::residuals::{self, Start};
+use crate::bytes::ByteReader;
+use crate::error::{corrupt, Result};
+
+/// Arrays of at most this many symbols are also tried with the adaptive coder: beyond, its
+/// one-decision-at-a-time coding costs more time than the bytes it saves are worth.
+const ADAPTIVE_TRIAL_SYMBOLS: usize = 1 << 18;
+/// The fewest bytes a coded segment takes (the range coder's flush; a rANS stream's states and
+/// length): what bounds the symbols a stream of a given length may claim.
+pub const MIN_SEGMENT_BYTES: usize = 5;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ContextCoder {
+    Adaptive,
+    Tabled(Tables),
+}
+
+impl ContextCoder {
+    /// The coder for `segments` (each coded on its own, residual 0 at symbol `zero`) and the
+    /// coded segments: the tables learnt from all of them, or for few symbols the adaptive
+    /// coder where it comes out smaller. The sizes compared include the tables.
+    pub fn choose(segments: &[&[u16]], zero: u16) -> (ContextCoder, Vec<Vec<u8>>) {
+        use rayon::prelude::*;
+        let models: Vec<rans::Encoder> = segments.par_iter().map(|s| residuals::model(s, zero, &[], 1)).collect();
+        let mut counts = rans::Counts::new(residuals::CONTEXTS);
+        for m in &models {
+            m.count(&mut counts);
+        }
+        let tables = counts.tables();
+        let coded: Vec<Vec<u8>> = models
+            .par_iter()
+            .map(|m| {
+                let mut out = Vec::new();
+                m.finish(&tables, &mut out).expect("tables learnt from these very symbols");
+                out
+            })
+            .collect();
+        let tabled = ContextCoder::Tabled(tables);
+        let n: usize = segments.iter().map(|s| s.len()).sum();
+        if n > ADAPTIVE_TRIAL_SYMBOLS {
+            return (tabled, coded);
+        }
+        let adaptive: Vec<Vec<u8>> = segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &[], 1)).collect();
+        let size = |coder: &ContextCoder, coded: &[Vec<u8>]| coder.stored().len() + coded.iter().map(Vec::len).sum::<usize>();
+        if size(&ContextCoder::Adaptive, &adaptive) <= size(&tabled, &coded) {
+            (ContextCoder::Adaptive, adaptive)
+        } else {
+            (tabled, coded)
+        }
+    }
+
+    /// What the header keeps: `coder u8 (0 adaptive, 1 tabled) | the tables (tabled)`.
+    pub fn stored(&self) -> Vec<u8> {
+        match self {
+            ContextCoder::Adaptive => vec![0],
+            ContextCoder::Tabled(tables) => {
+                let mut out = vec![1];
+                tables.write(&mut out);
+                out
+            }
+        }
+    }
+
+    pub fn read(bytes: &[u8]) -> Result<ContextCoder> {
+        let mut r = ByteReader::new(bytes);
+        let coder = match r.u8("context coder")? {
+            0 => ContextCoder::Adaptive,
+            1 => {
+                let tables = Tables::read(&mut r)?;
+                if tables.contexts() != residuals::CONTEXTS {
+                    return Err(corrupt!("{} context tables, the model has {}", tables.contexts(), residuals::CONTEXTS));
+                }
+                ContextCoder::Tabled(tables)
+            }
+            c => return Err(corrupt!("unknown context coder {c}")),
+        };
+        if r.remaining() != 0 {
+            return Err(corrupt!("{} unexpected bytes after the context coder", r.remaining()));
+        }
+        Ok(coder)
+    }
+
+    /// Decodes one segment into `out`, every symbol below `alphabet`.
+    pub fn decode(&self, bytes: &[u8], zero: u16, alphabet: usize, out: &mut [u16]) -> Result<()> {
+        match self {
+            ContextCoder::Adaptive => residuals::decode(bytes, zero, alphabet, &Start::default(), &[], 1, out),
+            ContextCoder::Tabled(tables) => residuals::decode_tabled(bytes, zero, alphabet, tables, &[], 1, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(segments: &[Vec<u16>], zero: u16) -> ContextCoder {
+        let views: Vec<&[u16]> = segments.iter().map(|s| &s[..]).collect();
+        let (coder, coded) = ContextCoder::choose(&views, zero);
+        let coder = ContextCoder::read(&coder.stored()).unwrap();
+        for (s, bytes) in segments.iter().zip(&coded) {
+            let mut out = vec![0u16; s.len()];
+            coder.decode(bytes, zero, 2 * zero as usize, &mut out).unwrap();
+            assert_eq!(&out, s);
+        }
+        coder
+    }
+
+    fn noisy(n: usize, spread: u64, zero: u16, seed: u64) -> Vec<u16> {
+        let mut next = crate::test_rng::xorshift(seed);
+        (0..n).map(|_| (zero as i64 + (next() % (2 * spread + 1)) as i64 - spread as i64) as u16).collect()
+    }
+
+    #[test]
+    fn few_symbols_go_adaptive_and_many_go_tabled() {
+        let zero = 32768;
+        assert_eq!(round_trip(&[noisy(500, 3, zero, 1)], zero), ContextCoder::Adaptive);
+        let big: Vec<Vec<u16>> = (0..3).map(|k| noisy(200_000, 40, zero, k)).collect();
+        assert!(matches!(round_trip(&big, zero), ContextCoder::Tabled(_)));
+    }
+
+    #[test]
+    fn damaged_coders_are_refused() {
+        assert!(ContextCoder::read(&[]).is_err());
+        assert!(ContextCoder::read(&[2]).is_err());
+        assert!(ContextCoder::read(&[0, 0]).is_err());
+        let (coder, _) = ContextCoder::choose(&[&noisy(400_000, 9, 32768, 5)], 32768);
+        let stored = coder.stored();
+        assert!(ContextCoder::read(&stored[..stored.len() - 1]).is_err());
+    }
+}
