@@ -195,14 +195,21 @@ impl Header {
         let mut chunks = Vec::with_capacity(expected);
         for _ in 0..expected {
             let predictor = PredictorKind::from_code(r.u8("chunk predictor")?).ok_or_else(|| corrupt!("unknown predictor code"))?;
-            chunks.push(ChunkEntry { predictor, stored_len: int(&mut r, 8, "chunk length")?, raw_len: int(&mut r, 8, "chunk raw length")? });
+            chunks.push(ChunkEntry {
+                predictor,
+                stored_len: int(&mut r, 8, "chunk length")?,
+                raw_len: int(&mut r, 8, "chunk raw length")?,
+            });
         }
         let covered = r.position();
         let crc = r.u32("header checksum")?;
         if crc != crc32(&stream[..covered]) {
             return Err(corrupt!("header checksum mismatch"));
         }
-        Ok((Header { dtype, shape, preset, bound, eb, radius: radius as u32, chunk_shape, codebook_source, codebook, chunks }, r.position()))
+        Ok((
+            Header { dtype, shape, preset, bound, eb, radius: radius as u32, chunk_shape, codebook_source, codebook, chunks },
+            r.position(),
+        ))
     }
 }
 

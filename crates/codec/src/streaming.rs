@@ -102,7 +102,16 @@ impl StreamEncoder {
             }
         }
         let range = (f64::INFINITY, f64::NEG_INFINITY);
-        Ok(StreamEncoder { config, policy, current: None, last_eb: None, range, rms_per_eb: 0.5, stats: EncoderStats::default(), standalone: false })
+        Ok(StreamEncoder {
+            config,
+            policy,
+            current: None,
+            last_eb: None,
+            range,
+            rms_per_eb: 0.5,
+            stats: EncoderStats::default(),
+            standalone: false,
+        })
     }
 
     /// For records each read on their own, as the HDF5 filter's chunks are: no record inherits a

@@ -19,6 +19,10 @@ use crate::error::{corrupt, Result};
 /// Arrays of at most this many symbols are also tried with the adaptive coder: beyond, its
 /// one-decision-at-a-time coding costs more time than the bytes it saves are worth.
 const ADAPTIVE_TRIAL_SYMBOLS: usize = 1 << 18;
+/// Arrays of at most this many symbols go to the adaptive coder without a trial of the tables,
+/// which cannot pay for themselves there (none did on the real AMR arrays of 2^14 values or
+/// fewer) and whose learning took a fifth of the time a small array takes to compress.
+const ADAPTIVE_ONLY_SYMBOLS: usize = 1 << 14;
 /// The fewest bytes a coded segment takes (the range coder's flush; a rANS stream's states and
 /// length): what bounds the symbols a stream of a given length may claim.
 pub const MIN_SEGMENT_BYTES: usize = 5;
@@ -32,9 +36,15 @@ pub enum ContextCoder {
 impl ContextCoder {
     /// The coder for `segments` (each coded on its own, residual 0 at symbol `zero`) and the
     /// coded segments: the tables learnt from all of them, or for few symbols the adaptive
-    /// coder where it comes out smaller. The sizes compared include the tables.
+    /// coder where it comes out smaller (the sizes compared include the tables), or for very few
+    /// the adaptive coder outright.
     pub fn choose(segments: &[&[u16]], zero: u16) -> (ContextCoder, Vec<Vec<u8>>) {
         use rayon::prelude::*;
+        let n: usize = segments.iter().map(|s| s.len()).sum();
+        let adaptive = || -> Vec<Vec<u8>> { segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &[], 1)).collect() };
+        if n <= ADAPTIVE_ONLY_SYMBOLS {
+            return (ContextCoder::Adaptive, adaptive());
+        }
         let models: Vec<rans::Encoder> = segments.par_iter().map(|s| residuals::model(s, zero, &[], 1)).collect();
         let mut counts = rans::Counts::new(residuals::CONTEXTS);
         for m in &models {
@@ -50,11 +60,10 @@ impl ContextCoder {
             })
             .collect();
         let tabled = ContextCoder::Tabled(tables);
-        let n: usize = segments.iter().map(|s| s.len()).sum();
         if n > ADAPTIVE_TRIAL_SYMBOLS {
             return (tabled, coded);
         }
-        let adaptive: Vec<Vec<u8>> = segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &[], 1)).collect();
+        let adaptive = adaptive();
         let size = |coder: &ContextCoder, coded: &[Vec<u8>]| coder.stored().len() + coded.iter().map(Vec::len).sum::<usize>();
         if size(&ContextCoder::Adaptive, &adaptive) <= size(&tabled, &coded) {
             (ContextCoder::Adaptive, adaptive)
