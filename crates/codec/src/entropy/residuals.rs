@@ -134,19 +134,6 @@ fn walk(
 ) -> Result<()> {
     let mut w = Window::new();
     let mut prev_negative = false;
-    if near.is_empty() {
-        // No neighbours known (plain arrays): the window stands in for them, as below, and
-        // nothing else need be kept.
-        for i in 0..n {
-            let r = coder.code(class(2 * w.sum), prev_negative, d(i))?;
-            out(r)?;
-            if r != 0 {
-                prev_negative = r < 0;
-            }
-            w.push(r.unsigned_abs());
-        }
-        return Ok(());
-    }
     // Capped magnitudes of the residuals coded so far.
     let mut mags: Vec<u32> = Vec::with_capacity(n);
     for i in 0..n {
