@@ -408,18 +408,24 @@ pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -
 
 /// Reads and decodes the context-coded segments of `n` symbols (the rest of `r`), each below
 /// `q`'s alphabet; counts their zeros as `read_segments` does.
+///
+/// A few dozen bytes can code a segment's 2^20 symbols, so no length proves that a chunk holds
+/// its symbols: only decoding does. Each segment decodes into a buffer of its own, and the
+/// chunk's symbols (then its values) are allocated once every segment has decoded.
 fn read_context_segments(r: &mut ByteReader, n: usize, coder: &ContextCoder, q: &Quantizer) -> Result<(Vec<u16>, ZeroCounts)> {
     let segments = segments(r, n, "context-coded segment", |_| MIN_SEGMENT_BYTES)?;
-    let mut symbols = vec![0u16; n];
-    let blocks: Vec<Vec<usize>> = symbols
-        .par_chunks_mut(SEGMENT_SYMBOLS)
-        .zip(segments.par_iter())
-        .map(|(out, bytes)| {
-            coder.decode(bytes, q.zero_symbol(), q.alphabet(), out)?;
-            Ok(ZeroCounts::blocks_of(out))
+    let decoded: Vec<(Vec<u16>, Vec<usize>)> = segments
+        .par_iter()
+        .enumerate()
+        .map(|(k, bytes)| {
+            let mut out = vec![0u16; SEGMENT_SYMBOLS.min(n - k * SEGMENT_SYMBOLS)];
+            coder.decode(bytes, q.zero_symbol(), q.alphabet(), &mut out)?;
+            let blocks = ZeroCounts::blocks_of(&out);
+            Ok((out, blocks))
         })
         .collect::<Result<_>>()?;
-    Ok((symbols, ZeroCounts::from_blocks(blocks.concat())))
+    let (parts, blocks): (Vec<Vec<u16>>, Vec<Vec<usize>>) = decoded.into_iter().unzip();
+    Ok((parts.concat(), ZeroCounts::from_blocks(blocks.concat())))
 }
 
 /// How a stream's symbols are coded.
@@ -473,10 +479,13 @@ fn resolve_coding(h: &Header, previous: Option<&Arc<Codebook>>, alphabet: usize)
     Ok(Coding::Huffman(codebook))
 }
 
+/// A decoded array, its shape, and the codebook the next record of a chunked stream may inherit.
+type Decoded<T> = (Vec<T>, Vec<usize>, Option<Arc<Codebook>>);
+
 /// Decompresses a stream whose codebook may be `previous` (see [`resolve_coding`]); also
 /// returns the codebook used, which the next record of a chunked stream may refer to (none
 /// for a stream coded in context).
-pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook>>) -> Result<(Vec<T>, Vec<usize>, Option<Arc<Codebook>>)> {
+pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook>>) -> Result<Decoded<T>> {
     let s = Stream::read(stream)?;
     let h = &s.header;
     if h.dtype != T::DTYPE {
@@ -486,27 +495,37 @@ pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook
     let q = Quantizer::new(h.eb, h.radius);
     let coding = resolve_coding(h, previous, q.alphabet())?;
     let boxes = if n == 0 { Vec::new() } else { chunk_boxes(&h.shape, &h.chunk_shape) };
-    // Undo the lossless stage first: the output is only allocated once every chunk proved to
-    // carry at least the bytes its elements need (a bit each for Huffman codes, the fewest a
-    // segment takes for context-coded ones).
+    // Undo the lossless stage first. With Huffman codes, the output is allocated once every chunk
+    // proved to carry a bit per element; context-coded chunks prove it only by decoding
+    // (`read_context_segments`), so their values are all decoded before the output is allocated.
     let raws: Vec<Cow<[u8]>> =
         s.payloads.par_iter().zip(&h.chunks).map(|(&stored, c)| frames::unpack(stored, c.raw_len)).collect::<Result<_>>()?;
-    for (raw, b) in raws.iter().zip(&boxes) {
-        let fewest = match coding {
-            Coding::Huffman(_) => (b.len() as u64).div_ceil(8),
-            Coding::Contexts(_) => (b.len().div_ceil(SEGMENT_SYMBOLS) * MIN_SEGMENT_BYTES) as u64,
-        };
-        if (raw.len() as u64) < fewest {
-            return Err(corrupt!("chunk of {} bytes cannot hold {} symbols", raw.len(), b.len()));
-        }
-    }
     let codebook = match &coding {
-        Coding::Huffman(codebook) => Some(codebook.clone()),
+        Coding::Huffman(codebook) => {
+            for (raw, b) in raws.iter().zip(&boxes) {
+                if (raw.len() as u64) * 8 < b.len() as u64 {
+                    return Err(corrupt!("chunk of {} bytes cannot hold {} symbols", raw.len(), b.len()));
+                }
+            }
+            Some(codebook.clone())
+        }
         Coding::Contexts(_) => None,
     };
     if let ([raw], [entry], [b]) = (raws.as_slice(), h.chunks.as_slice(), boxes.as_slice()) {
         // One chunk is the whole array: its buffer is the output, no copy.
         return Ok((decode_chunk::<T>(raw, entry, b, &coding, &q)?, h.shape.clone(), codebook));
+    }
+    if let Coding::Contexts(_) = coding {
+        let chunks: Vec<Vec<T>> = raws
+            .par_iter()
+            .zip(&h.chunks)
+            .zip(&boxes)
+            .map(|((raw, entry), b)| decode_chunk::<T>(raw, entry, b, &coding, &q))
+            .collect::<Result<_>>()?;
+        let mut out = threads::filled(T::default(), n);
+        let target = ChunkedOutput::new(&mut out);
+        chunks.par_iter().zip(&boxes).for_each(|(values, b)| target.scatter(&h.shape, b, values));
+        return Ok((out, h.shape.clone(), codebook));
     }
     let mut out = threads::filled(T::default(), n);
     let target = ChunkedOutput::new(&mut out);

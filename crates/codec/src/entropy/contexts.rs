@@ -1,4 +1,4 @@
-//! The context-modelled entropy stage of a plain stream in ratio mode (format.md 5.2): the
+//! The context-modelled entropy stage of a plain stream in ratio mode (format.md 5.6): the
 //! symbols of each segment coded in the contexts of `residuals` (the window of residuals just
 //! before), by one of two coders chosen per stream for the fewer bytes:
 //!
@@ -24,7 +24,7 @@ const ADAPTIVE_TRIAL_SYMBOLS: usize = 1 << 18;
 /// fewer) and whose learning took a fifth of the time a small array takes to compress.
 const ADAPTIVE_ONLY_SYMBOLS: usize = 1 << 14;
 /// The fewest bytes a coded segment takes (the range coder's flush; a rANS stream's states and
-/// length): what bounds the symbols a stream of a given length may claim.
+/// length): a shorter one is refused before it is decoded.
 pub const MIN_SEGMENT_BYTES: usize = 5;
 
 #[derive(Clone, Debug, PartialEq)]
