@@ -112,16 +112,33 @@ impl IBox {
     }
 }
 
-/// The parts of `b` that the boxes of the next level (`finer`, in its index space, refined by
-/// `ratio`) cover, one per fine box touching it.
-pub fn covered_pieces(b: &IBox, finer: &[IBox], ratio: &[i64], node: &[bool]) -> Vec<IBox> {
-    finer.iter().filter_map(|f| f.covered_by_fine(ratio, node).intersect(b)).collect()
+/// The cells of a level that the boxes of the next level cover, indexed so that the pieces of
+/// each of thousands of boxes are found without trying every fine box.
+pub struct Coverage {
+    index: BoxIndex,
 }
 
-/// Which cells of `b` to store (C order): those no box of the next level covers; None when no
-/// cell is covered.
-pub fn stored_mask(b: &IBox, finer: &[IBox], ratio: &[i64], node: &[bool]) -> Option<Vec<bool>> {
-    let pieces = covered_pieces(b, finer, ratio, node);
+impl Coverage {
+    /// The coverage by `finer` (the next level's boxes, in its index space, refined by `ratio`).
+    pub fn new(finer: &[IBox], ratio: &[i64], node: &[bool]) -> Coverage {
+        Coverage { index: BoxIndex::new(finer.iter().map(|f| f.covered_by_fine(ratio, node)).filter(|c| !c.is_empty()).collect()) }
+    }
+
+    /// The covered cells, one box per fine box (those that cover any).
+    pub fn boxes(&self) -> &[IBox] {
+        &self.index.boxes
+    }
+
+    /// The covered parts of `b`, one per fine box touching it, in the fine boxes' order.
+    pub fn pieces(&self, b: &IBox) -> Vec<IBox> {
+        self.index.meeting(b).into_iter().filter_map(|i| self.index.boxes[i].intersect(b)).collect()
+    }
+}
+
+/// Which cells of `b` to store (C order): those `coverage` leaves uncovered; None when no cell
+/// is covered.
+pub fn stored_mask(b: &IBox, coverage: &Coverage) -> Option<Vec<bool>> {
+    let pieces = coverage.pieces(b);
     if pieces.is_empty() {
         return None;
     }
@@ -151,16 +168,16 @@ fn cells_of(b: &IBox, node: &[bool]) -> IBox {
 /// Box numbers by the cells of a coarse grid they touch, to find the boxes that may meet a
 /// given one among thousands without trying them all. The grid's cell is the boxes' median
 /// extent, so a typical box lands in a few cells.
-struct BoxIndex<'a> {
-    boxes: &'a [IBox],
+struct BoxIndex {
+    boxes: Vec<IBox>,
     cell: Vec<i64>,
     map: std::collections::HashMap<Vec<i64>, Vec<u32>>,
     /// The grid cells any box touches (None: no box).
     reach: Option<IBox>,
 }
 
-impl<'a> BoxIndex<'a> {
-    fn new(boxes: &'a [IBox]) -> BoxIndex<'a> {
+impl BoxIndex {
+    fn new(boxes: Vec<IBox>) -> BoxIndex {
         let nd = boxes.first().map_or(0, IBox::ndim);
         let cell: Vec<i64> = (0..nd)
             .map(|d| {
@@ -169,7 +186,7 @@ impl<'a> BoxIndex<'a> {
                 e[e.len() / 2].max(1)
             })
             .collect();
-        let mut index = BoxIndex { boxes, cell, map: std::collections::HashMap::new(), reach: None };
+        let mut index = BoxIndex { boxes: Vec::new(), cell, map: std::collections::HashMap::new(), reach: None };
         for (i, b) in boxes.iter().enumerate() {
             let span = index.span(b);
             for_each_cell(&span, |c| index.map.entry(c.to_vec()).or_default().push(i as u32));
@@ -181,6 +198,7 @@ impl<'a> BoxIndex<'a> {
                 ),
             });
         }
+        index.boxes = boxes;
         index
     }
 
@@ -225,7 +243,7 @@ fn fmt_box(b: &IBox) -> String {
 /// their nodes. Returns the first problem, described.
 pub fn check_nesting(levels: &[(&[IBox], &[i64])], node: &[bool]) -> Result<(), String> {
     let cells: Vec<Vec<IBox>> = levels.iter().map(|(boxes, _)| boxes.iter().map(|b| cells_of(b, node)).collect()).collect();
-    let indexes: Vec<BoxIndex> = cells.iter().map(|c| BoxIndex::new(c)).collect();
+    let indexes: Vec<BoxIndex> = cells.iter().map(|c| BoxIndex::new(c.clone())).collect();
     for (l, (c, index)) in cells.iter().zip(&indexes).enumerate() {
         for (i, b) in c.iter().enumerate() {
             if let Some(&j) = index.meeting(b).iter().find(|&&j| j != i) {
@@ -300,14 +318,14 @@ mod tests {
     fn stored_mask_leaves_out_exactly_the_covered_cells() {
         let coarse = IBox::from_slices(&[0, 0], &[7, 7]);
         let fine = vec![IBox::from_slices(&[4, 4], &[9, 7]), IBox::from_slices(&[20, 20], &[23, 23])];
-        let mask = stored_mask(&coarse, &fine, &[2, 2], &[false, false]).unwrap();
+        let mask = stored_mask(&coarse, &Coverage::new(&fine, &[2, 2], &[false, false])).unwrap();
         for i in 0..8i64 {
             for j in 0..8i64 {
                 let covered = (2..=4).contains(&i) && (2..=3).contains(&j);
                 assert_eq!(mask[(i * 8 + j) as usize], !covered, "({i}, {j})");
             }
         }
-        assert!(stored_mask(&coarse, &[IBox::from_slices(&[40, 40], &[41, 41])], &[2, 2], &[false, false]).is_none());
+        assert!(stored_mask(&coarse, &Coverage::new(&[IBox::from_slices(&[40, 40], &[41, 41])], &[2, 2], &[false, false])).is_none());
     }
 
     #[test]

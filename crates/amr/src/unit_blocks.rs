@@ -251,13 +251,28 @@ pub fn scatter<T: Element>(
         if lo.iter().zip(&hi).any(|(l, h)| h < l) {
             continue;
         }
-        for_each_cell(&lo, &hi, |cell| {
-            let src = offset(cell, &blo, &tiling.unit, Layout::C);
-            if b.mask.as_ref().is_some_and(|m| !m[src]) {
-                return;
+        // Row by row along the last dimension, contiguous in the block and in `out`.
+        let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
+        let mut starts_hi = hi.clone();
+        starts_hi[nd - 1] = lo[nd - 1];
+        for_each_cell(&lo, &starts_hi, |start| {
+            let src = offset(start, &blo, &tiling.unit, Layout::C);
+            let dst = offset(start, region_lo, &region_shape, Layout::C);
+            let (values, out) = (&b.values[src..src + row], &mut out[dst..dst + row]);
+            match &b.mask {
+                None => {
+                    out.copy_from_slice(values);
+                    written += row;
+                }
+                Some(m) => {
+                    for ((o, &v), &keep) in out.iter_mut().zip(values).zip(&m[src..src + row]) {
+                        if keep {
+                            *o = v;
+                            written += 1;
+                        }
+                    }
+                }
             }
-            out[offset(cell, region_lo, &region_shape, Layout::C)] = b.values[src];
-            written += 1;
         });
     }
     written

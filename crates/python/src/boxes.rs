@@ -1,6 +1,6 @@
 //! Bindings for the box algebra of `amrzip-amr` that the Python readers share with the store.
 
-use amrzip_amr::boxes::{check_nesting as check, stored_mask as stored};
+use amrzip_amr::boxes::{check_nesting as check, stored_mask as stored, Coverage};
 use amrzip_amr::IBox;
 use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
@@ -43,7 +43,7 @@ pub fn stored_mask<'py>(
             "the box, the finer boxes, the ratio and the node flags must be {dim}-dimensional, the ratio at least 1 and the box not empty"
         )));
     }
-    Ok(stored(&b, &finer, &ratio, &node).map(|m| PyArray1::from_vec(py, m)))
+    Ok(stored(&b, &Coverage::new(&finer, &ratio, &node)).map(|m| PyArray1::from_vec(py, m)))
 }
 
 /// The one dimensionality of everything given, or 0 if they differ.

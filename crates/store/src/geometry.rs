@@ -4,7 +4,7 @@
 //! an error naming it, never NaN or wrong values.
 
 use crate::metadata::SnapshotMeta;
-use amrzip_amr::boxes::for_each_cell;
+use amrzip_amr::boxes::{for_each_cell, Coverage};
 use amrzip_amr::{IBox, Tiling};
 use amrzip_codec::blockset::Block;
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ struct Buckets {
 pub struct LevelGeometry {
     pub boxes: Vec<IBox>,
     /// The cells the next level's boxes cover, in this level's index space.
-    pub covered: Vec<IBox>,
+    pub coverage: Coverage,
     origin: Vec<i64>,
     buckets: Mutex<HashMap<Vec<usize>, Arc<Buckets>>>,
 }
@@ -39,18 +39,19 @@ fn bucket(list: &[IBox], origin: &[i64], chunk: &[usize]) -> HashMap<Vec<i64>, V
 impl LevelGeometry {
     pub fn of(meta: &SnapshotMeta, level: usize) -> LevelGeometry {
         let lev = &meta.levels[level];
-        let covered = match meta.levels.get(level + 1) {
-            Some(fine) => fine.boxes.iter().map(|f| f.covered_by_fine(&lev.ref_ratio, &meta.node)).filter(|c| !c.is_empty()).collect(),
-            None => Vec::new(),
-        };
-        LevelGeometry { boxes: lev.boxes.clone(), covered, origin: lev.domain.lo.clone(), buckets: Mutex::new(HashMap::new()) }
+        let finer = meta.levels.get(level + 1).map_or(&[][..], |f| &f.boxes[..]);
+        let coverage = Coverage::new(finer, &lev.ref_ratio, &meta.node);
+        LevelGeometry { boxes: lev.boxes.clone(), coverage, origin: lev.domain.lo.clone(), buckets: Mutex::new(HashMap::new()) }
     }
 
     fn buckets(&self, chunk: &[usize]) -> Arc<Buckets> {
         let mut all = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         all.entry(chunk.to_vec())
             .or_insert_with(|| {
-                Arc::new(Buckets { boxes: bucket(&self.boxes, &self.origin, chunk), covered: bucket(&self.covered, &self.origin, chunk) })
+                Arc::new(Buckets {
+                    boxes: bucket(&self.boxes, &self.origin, chunk),
+                    covered: bucket(self.coverage.boxes(), &self.origin, chunk),
+                })
             })
             .clone()
     }
@@ -80,7 +81,7 @@ impl LevelGeometry {
         };
         paint(&self.boxes, ids, true);
         if let Some(ids) = buckets.covered.get(index) {
-            paint(&self.covered, ids, false);
+            paint(self.coverage.boxes(), ids, false);
         }
         mask.contains(&true).then_some(mask)
     }
@@ -139,7 +140,7 @@ mod tests {
         // One 8x8 chunk of 4x4 unit blocks; the box stores rows 0..5, the finer level covers 0..1 x 0..1.
         let geometry = LevelGeometry {
             boxes: vec![IBox::from_slices(&[0, 0], &[5, 7])],
-            covered: vec![IBox::from_slices(&[0, 0], &[1, 1])],
+            coverage: Coverage::new(&[IBox::from_slices(&[0, 0], &[3, 3])], &[2, 2], &[false, false]),
             origin: vec![0, 0],
             buckets: Mutex::new(HashMap::new()),
         };

@@ -14,7 +14,7 @@ use crate::layout;
 use crate::metadata::SnapshotMeta;
 use crate::shard;
 use crate::store::{SnapshotEntry, SnapshotKind, Store};
-use amrzip_amr::boxes::{covered_pieces, for_each_cell};
+use amrzip_amr::boxes::for_each_cell;
 use amrzip_amr::unit_blocks::scatter;
 use amrzip_amr::{decode_blocks, IBox, SharedTables, Tiling};
 use amrzip_codec::{blockset, DType, Element};
@@ -509,10 +509,9 @@ impl Snapshot {
         let plain = self.chunks::<T>(level, field, &wanted)?;
         let lev = &self.meta.levels[level];
         let space = self.meta.index_space(level);
-        let finer = &self.meta.levels[level + 1].boxes;
         for ((k, idx), data) in missing.into_iter().zip(&wanted).zip(plain) {
             let region = Self::chunk_box(&a, idx);
-            let pieces = region.intersect(&space).map(|r| covered_pieces(&r, finer, &lev.ref_ratio, &self.meta.node)).unwrap_or_default();
+            let pieces = region.intersect(&space).map(|r| self.geometry[level].coverage.pieces(&r)).unwrap_or_default();
             let data = if pieces.is_empty() {
                 data
             } else {
@@ -578,7 +577,7 @@ impl Snapshot {
         }
         if rebuild && !whole_chunks {
             let lev = &self.meta.levels[level];
-            for piece in covered_pieces(region, &self.meta.levels[level + 1].boxes, &lev.ref_ratio, &self.meta.node) {
+            for piece in self.geometry[level].coverage.pieces(region) {
                 let fine_box = piece.refine(&lev.ref_ratio, &self.meta.node);
                 let fine = self.read_into::<T>(field, level + 1, &fine_box, covered, whole_chunks)?;
                 paste(&mut out, region, &restrict(&fine, &fine_box, &lev.ref_ratio, &self.meta.node), &piece);

@@ -15,7 +15,7 @@ use crate::layout;
 use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_VERSION};
 use crate::shard;
 use crate::store::Store;
-use amrzip_amr::boxes::stored_mask;
+use amrzip_amr::boxes::{stored_mask, Coverage};
 use amrzip_amr::{BoxView, IBox, Layout, LevelStreams, Tiling};
 use amrzip_codec::blockset::Choice;
 use amrzip_codec::{Config, DType, Element, ErrorBound, PredictorKind, Preset};
@@ -376,7 +376,8 @@ pub fn write_snapshot(
         .enumerate()
         .map(|(l, lev)| {
             let finer = spec.levels.get(l + 1).map_or(&[][..], |f| &f.boxes[..]);
-            on_pool(threads, || Ok(lev.boxes.par_iter().map(|b| stored_mask(b, finer, &lev.ref_ratio, &node)).collect()))
+            let coverage = Coverage::new(finer, &lev.ref_ratio, &node);
+            on_pool(threads, || Ok(lev.boxes.par_iter().map(|b| stored_mask(b, &coverage)).collect()))
         })
         .collect::<Result<_>>()?;
     // Calls `f` with the box views of field `f` of level `l`.
@@ -434,7 +435,10 @@ pub fn write_snapshot(
             .map(|b| Config { bound: ErrorBound::Absolute(b.abs), preset: options.preset, threads, predictor: options.predictor })
             .collect();
         let cells: Vec<usize> = lev.boxes.iter().map(|b| b.cells().unwrap_or(usize::MAX)).collect();
-        let sample = chunking::trial_sample(&cells);
+        let sample = chunking::trial_sample(
+            &cells,
+            if options.preset == Preset::Speed { chunking::SPEED_TRIAL_CELLS } else { chunking::TRIAL_CELLS },
+        );
         let measured = candidates.len() > 1 && !lev.boxes.is_empty();
         // Every field measures the candidates on the sample; the level takes one chunk edge for
         // all, each field its unit.

@@ -9,6 +9,7 @@ level down (``covered="average"``, the default) or leave them NaN (``covered="na
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -202,11 +203,22 @@ class Dataset:
         return self._snapshot.read(index, level, list(region[0]), list(region[1]), covered, whole_chunks)
 
     def to_hierarchy(self) -> Hierarchy:
-        """The whole snapshot as a Hierarchy (box arrays decoded when first asked for)."""
+        """The whole snapshot as a Hierarchy. Box arrays are decoded when first asked for: the
+        first box asked of a (level, field) decodes that level's chunks of the field, and the
+        finer levels' that rebuild its covered cells, in parallel batches (as iterating
+        ``level(L).field(name)`` does), within the chunk cache."""
+        prefetched = set()
+
+        def loader(field: str, i: int, L: int) -> np.ndarray:
+            if (L, field) not in prefetched:
+                self.prefetch(field, L)
+                prefetched.add((L, field))
+            return self._read(field, self._levels[L].boxes[i], L, "average", whole_chunks=True)
+
         h_levels = []
         for L, lev in enumerate(self._levels):
-            loader = lambda f, i, L=L: self.read(f, self._levels[L].boxes[i], L)  # noqa: E731
-            h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields), loader))
+            load = functools.partial(loader, L=L)
+            h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields), load))
         m = self.meta
         attrs = dict(m.get("source") or {})
         return Hierarchy(
