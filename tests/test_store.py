@@ -105,6 +105,7 @@ def test_round_trip_keeps_the_bound(tmp_path, dim, dtype):
     assert_round_trip(h, ds)
     back = ds.to_hierarchy()
     assert back.level(1).box_data("u", 0).shape == h.level(1).box_data("u", 0).shape
+    assert_hierarchy_reads_like_boxes(ds)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -133,6 +134,33 @@ def test_unaligned_boxes_and_partial_blocks(tmp_path):
     # Outside every box (row 31 in y of level 0) there is nothing: NaN.
     whole = ds.read("rho", level=0)
     assert np.isnan(whole[:, 31, :]).all() and not np.isnan(whole[:, :31, :]).any()
+    assert_hierarchy_reads_like_boxes(ds)
+
+
+def assert_hierarchy_reads_like_boxes(ds):
+    """to_hierarchy decodes whole levels straight into box arrays: each box reads, to the bit,
+    as a read of that box alone does, and a box asked twice comes back equal and fresh."""
+    levels = list(range(ds.num_levels))
+    for order in (levels, levels[::-1]):  # the finest first: coarser levels decode again
+        h = ds.to_hierarchy()
+        for f in ds.fields:
+            for L in order:
+                for i, box in enumerate(ds.level(L).boxes):
+                    got = h.level(L).box_data(f, i)
+                    assert got.tobytes() == ds.read(f, region=box, level=L).tobytes(), (f, L, i)
+    for f in ds.fields:
+        again = h.level(0).box_data(f, 0)
+        assert again is not h.level(0).box_data(f, 0) and np.array_equal(again, h.level(0).box_data(f, 0), equal_nan=True)
+
+
+def test_hierarchy_too_large_for_the_cache_reads_box_by_box(tmp_path, monkeypatch):
+    from amrzip.store import dataset
+
+    amrzip.write(two_level(dim=3), tmp_path / "s", rel=1e-4)
+    monkeypatch.setattr(dataset._core, "CACHE_BYTES", 0)
+    ds = amrzip.open(tmp_path / "s")
+    assert ds._whole_levels("rho", 0) is None
+    assert_hierarchy_reads_like_boxes(ds)
 
 
 def test_covered_cells_cost_almost_nothing(tmp_path):
@@ -474,6 +502,7 @@ def test_node_centred_hierarchy_round_trip(tmp_path):
     assert u.shape == (33, 33, 33) and not np.isnan(u).any()
     assert np.abs(u[8:25, 8:25, 8:25] - fine).max() <= 1e-4
     assert amrzip.open(tmp_path / "s").to_hierarchy().nodal == (True,) * 3
+    assert_hierarchy_reads_like_boxes(amrzip.open(tmp_path / "s"))
     doc = json.loads(read_entry(ds.path, "zarr.json"))
     assert doc["attributes"]["amrzip"]["node"] == [True] * 3
     for bad in ("x", [True], [1, 0, 0]):

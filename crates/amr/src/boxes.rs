@@ -168,7 +168,7 @@ fn cells_of(b: &IBox, node: &[bool]) -> IBox {
 /// Box numbers by the cells of a coarse grid they touch, to find the boxes that may meet a
 /// given one among thousands without trying them all. The grid's cell is the boxes' median
 /// extent, so a typical box lands in a few cells.
-struct BoxIndex {
+pub struct BoxIndex {
     boxes: Vec<IBox>,
     cell: Vec<i64>,
     map: std::collections::HashMap<Vec<i64>, Vec<u32>>,
@@ -177,7 +177,7 @@ struct BoxIndex {
 }
 
 impl BoxIndex {
-    fn new(boxes: Vec<IBox>) -> BoxIndex {
+    pub fn new(boxes: Vec<IBox>) -> BoxIndex {
         let nd = boxes.first().map_or(0, IBox::ndim);
         let cell: Vec<i64> = (0..nd)
             .map(|d| {
@@ -209,8 +209,12 @@ impl BoxIndex {
         )
     }
 
+    pub fn boxes(&self) -> &[IBox] {
+        &self.boxes
+    }
+
     /// The boxes that meet `b`, in increasing order.
-    fn meeting(&self, b: &IBox) -> Vec<usize> {
+    pub fn meeting(&self, b: &IBox) -> Vec<usize> {
         let mut out = Vec::new();
         // Clipped to where boxes are, so that a huge query walks no empty grid cells.
         let Some(span) = self.reach.as_ref().and_then(|r| self.span(b).intersect(r)) else { return out };

@@ -206,6 +206,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<streaming::StreamEncoder>()?;
     m.add_class::<streaming::ChunkedWriter>()?;
     m.add_class::<streaming::ChunkedReader>()?;
+    m.add("CACHE_BYTES", amrzip_store::reader::CACHE_BYTES)?;
     m.add("CHUNKED_MAGIC", PyBytes::new(m.py(), &amrzip_store::chunked_stream::MAGIC))?;
     m.add("CHUNKED_VERSION", amrzip_store::chunked_stream::VERSION)?;
     m.add_function(wrap_pyfunction!(streaming::_symbol_histogram, m)?)?;

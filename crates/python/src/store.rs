@@ -367,6 +367,28 @@ impl Snapshot {
         }
     }
 
+    /// read_boxes(field, level) -> [[ndarray per box] per level from `level` to the finest],
+    /// covered cells averaged down (see `store::Snapshot::read_boxes`).
+    fn read_boxes<'py>(&self, py: Python<'py>, field: usize, level: usize) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+        fn arrays<'py, T: store::reader::Value + numpy::Element>(
+            py: Python<'py>,
+            s: &store::Snapshot,
+            field: usize,
+            level: usize,
+        ) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
+            let levels = py.detach(|| s.read_boxes::<T>(field, level)).map_err(store_err)?;
+            levels
+                .into_iter()
+                .zip(&s.meta.levels[level..])
+                .map(|(values, lev)| values.into_iter().zip(&lev.boxes).map(|(v, b)| Snapshot::array(py, v, b.shape())).collect())
+                .collect()
+        }
+        match self.inner.meta.dtypes.get(field) {
+            Some(DType::F32) => arrays::<f32>(py, &self.inner, field, level),
+            _ => arrays::<f64>(py, &self.inner, field, level),
+        }
+    }
+
     fn prefetch(&self, py: Python<'_>, field: usize, level: usize, finer: bool) -> PyResult<()> {
         let s = &self.inner;
         match s.meta.dtypes.get(field) {

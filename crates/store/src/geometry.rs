@@ -4,7 +4,7 @@
 //! an error naming it, never NaN or wrong values.
 
 use crate::metadata::SnapshotMeta;
-use amrzip_amr::boxes::{for_each_cell, Coverage};
+use amrzip_amr::boxes::{for_each_cell, BoxIndex, Coverage};
 use amrzip_amr::{IBox, Tiling};
 use amrzip_codec::blockset::Block;
 use std::collections::HashMap;
@@ -17,7 +17,8 @@ struct Buckets {
 }
 
 pub struct LevelGeometry {
-    pub boxes: Vec<IBox>,
+    /// The level's boxes.
+    pub boxes: BoxIndex,
     /// The cells the next level's boxes cover, in this level's index space.
     pub coverage: Coverage,
     origin: Vec<i64>,
@@ -41,7 +42,12 @@ impl LevelGeometry {
         let lev = &meta.levels[level];
         let finer = meta.levels.get(level + 1).map_or(&[][..], |f| &f.boxes[..]);
         let coverage = Coverage::new(finer, &lev.ref_ratio, &meta.node);
-        LevelGeometry { boxes: lev.boxes.clone(), coverage, origin: lev.domain.lo.clone(), buckets: Mutex::new(HashMap::new()) }
+        LevelGeometry {
+            boxes: BoxIndex::new(lev.boxes.clone()),
+            coverage,
+            origin: lev.domain.lo.clone(),
+            buckets: Mutex::new(HashMap::new()),
+        }
     }
 
     fn buckets(&self, chunk: &[usize]) -> Arc<Buckets> {
@@ -49,7 +55,7 @@ impl LevelGeometry {
         all.entry(chunk.to_vec())
             .or_insert_with(|| {
                 Arc::new(Buckets {
-                    boxes: bucket(&self.boxes, &self.origin, chunk),
+                    boxes: bucket(self.boxes.boxes(), &self.origin, chunk),
                     covered: bucket(self.coverage.boxes(), &self.origin, chunk),
                 })
             })
@@ -79,7 +85,7 @@ impl LevelGeometry {
                 }
             }
         };
-        paint(&self.boxes, ids, true);
+        paint(self.boxes.boxes(), ids, true);
         if let Some(ids) = buckets.covered.get(index) {
             paint(self.coverage.boxes(), ids, false);
         }
@@ -139,7 +145,7 @@ mod tests {
     fn blocks_are_checked_cell_by_cell_against_the_stored_cells() {
         // One 8x8 chunk of 4x4 unit blocks; the box stores rows 0..5, the finer level covers 0..1 x 0..1.
         let geometry = LevelGeometry {
-            boxes: vec![IBox::from_slices(&[0, 0], &[5, 7])],
+            boxes: BoxIndex::new(vec![IBox::from_slices(&[0, 0], &[5, 7])]),
             coverage: Coverage::new(&[IBox::from_slices(&[0, 0], &[3, 3])], &[2, 2], &[false, false]),
             origin: vec![0, 0],
             buckets: Mutex::new(HashMap::new()),

@@ -17,7 +17,8 @@ use crate::store::{SnapshotEntry, SnapshotKind, Store};
 use amrzip_amr::boxes::for_each_cell;
 use amrzip_amr::unit_blocks::scatter;
 use amrzip_amr::{decode_blocks, IBox, SharedTables, Tiling};
-use amrzip_codec::{blockset, DType, Element};
+use amrzip_codec::blockset::{self, Block};
+use amrzip_codec::{DType, Element};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -435,29 +436,12 @@ impl Snapshot {
         }
         let wanted: Vec<Vec<i64>> = missing.iter().map(|&k| indices[k].clone()).collect();
         let stored = self.fetch(level, field, &a, &wanted)?;
-        let geometry = &self.geometry[level];
         let decode = || -> Result<Vec<Option<Vec<T>>>> {
             wanted
                 .par_iter()
                 .zip(stored.par_iter())
                 .map(|(idx, bytes)| -> Result<Option<Vec<T>>> {
-                    let Some(bytes) = bytes else {
-                        if geometry.chunk_mask(&a.tiling, idx).is_some() {
-                            return Err(corrupt!("{}: missing (the boxes store cells in it)", self.describe(level, field, idx)));
-                        }
-                        return Ok(None);
-                    };
-                    let book =
-                        blockset::info(bytes).map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?.codebook_index as usize;
-                    if !a.codec.tables.contains(&book) {
-                        return Err(corrupt!(
-                            "{}: codes with tables {book}, not the field's (misplaced)",
-                            self.describe(level, field, idx)
-                        ));
-                    }
-                    let blocks = decode_blocks::<T>(idx, bytes, &a.tables, &a.tiling, a.codec.eb)
-                        .map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?;
-                    geometry.check_blocks(&a.tiling, idx, &blocks).map_err(|e| corrupt!("{}: {e}", self.describe(level, field, idx)))?;
+                    let Some(blocks) = self.decode_checked::<T>(level, field, &a, idx, bytes.as_deref())? else { return Ok(None) };
                     let lo: Vec<i64> = (0..idx.len()).map(|d| a.tiling.origin[d] + idx[d] * a.tiling.chunk[d] as i64).collect();
                     let hi: Vec<i64> = lo.iter().zip(&a.tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
                     let mut values = nan::<T>(a.tiling.chunk.iter().product())?;
@@ -476,6 +460,107 @@ impl Snapshot {
             out[k] = values;
         }
         Ok(out)
+    }
+
+    /// Chunk `idx` of a field (its stored bytes, None where absent) decoded into unit blocks and
+    /// checked against the cells the boxes store there; None where it stores none.
+    fn decode_checked<T: Value>(
+        &self,
+        level: usize,
+        field: usize,
+        a: &FieldArray,
+        idx: &[i64],
+        bytes: Option<&[u8]>,
+    ) -> Result<Option<Vec<Block<T>>>> {
+        let geometry = &self.geometry[level];
+        let Some(bytes) = bytes else {
+            if geometry.chunk_mask(&a.tiling, idx).is_some() {
+                return Err(corrupt!("{}: missing (the boxes store cells in it)", self.describe(level, field, idx)));
+            }
+            return Ok(None);
+        };
+        let book = blockset::info(bytes).map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?.codebook_index as usize;
+        if !a.codec.tables.contains(&book) {
+            return Err(corrupt!("{}: codes with tables {book}, not the field's (misplaced)", self.describe(level, field, idx)));
+        }
+        let blocks = decode_blocks::<T>(idx, bytes, &a.tables, &a.tiling, a.codec.eb)
+            .map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?;
+        geometry.check_blocks(&a.tiling, idx, &blocks).map_err(|e| corrupt!("{}: {e}", self.describe(level, field, idx)))?;
+        Ok(Some(blocks))
+    }
+
+    /// Every box of field `field` on `level` and each finer level (`[level - first][box]`, C
+    /// order), covered cells averaged down as `Covered::Average` reads them, decoded straight
+    /// into the box arrays: the finest level first, each level's chunks in one parallel batch,
+    /// then its boxes in parallel, their covered cells from the finer boxes just built. What
+    /// reading whole levels needs: no chunk passes through the cache or is decoded twice.
+    pub fn read_boxes<T: Value>(&self, field: usize, level: usize) -> Result<Vec<Vec<Vec<T>>>> {
+        self.level_meta(level)?;
+        if field >= self.meta.fields.len() {
+            return Err(invalid!("field {field} out of range: the snapshot has {} fields", self.meta.fields.len()));
+        }
+        if self.meta.dtypes[field] != <T as Element>::DTYPE {
+            return Err(invalid!("field {:?} holds {:?} values", self.meta.fields[field], self.meta.dtypes[field]));
+        }
+        let mut levels: Vec<Vec<Vec<T>>> = Vec::new();
+        for l in (level..self.meta.levels.len()).rev() {
+            let boxes = self.level_boxes(field, l, levels.last().map(Vec::as_slice))?;
+            levels.push(boxes);
+        }
+        levels.reverse();
+        Ok(levels)
+    }
+
+    /// The boxes of `level` (see `read_boxes`); `finer`: the next level's, covered cells rebuilt.
+    fn level_boxes<T: Value>(&self, field: usize, level: usize, finer: Option<&[Vec<T>]>) -> Result<Vec<Vec<T>>> {
+        let a = self.field_array(level, field)?;
+        let lev = &self.meta.levels[level];
+        let mut indices: Vec<Vec<i64>> = Vec::new();
+        let mut at: HashMap<Vec<i64>, usize> = HashMap::new();
+        for b in &lev.boxes {
+            for idx in self.chunk_indices(&a, b) {
+                at.entry(idx.clone()).or_insert_with(|| {
+                    indices.push(idx);
+                    indices.len() - 1
+                });
+            }
+        }
+        let stored = self.fetch(level, field, &a, &indices)?;
+        let node = &self.meta.node;
+        let work = || -> Result<Vec<Vec<T>>> {
+            let blocks: Vec<Option<Vec<Block<T>>>> = indices
+                .par_iter()
+                .zip(stored.par_iter())
+                .map(|(idx, bytes)| self.decode_checked::<T>(level, field, &a, idx, bytes.as_deref()))
+                .collect::<Result<_>>()?;
+            lev.boxes
+                .par_iter()
+                .map(|b| -> Result<Vec<T>> {
+                    let mut values = nan::<T>(b.cells().expect("boxes were validated"))?;
+                    for idx in self.chunk_indices(&a, b) {
+                        if let Some(chunk) = &blocks[at[&idx]] {
+                            scatter(chunk, &idx, &a.tiling, &b.lo, &b.hi, &mut values);
+                        }
+                    }
+                    apply_offset(&mut values, a.codec.offset);
+                    let (Some(finer), Some(fine_level)) = (finer, self.geometry.get(level + 1)) else { return Ok(values) };
+                    for piece in self.geometry[level].coverage.pieces(b) {
+                        // The fine cells over the piece, from every fine box holding some (NaN
+                        // elsewhere), as a region read of the finer level gives them.
+                        let region = piece.refine(&lev.ref_ratio, node);
+                        let mut fine = nan::<T>(region.cells().expect("inside the finer level"))?;
+                        for f in fine_level.boxes.meeting(&region) {
+                            let fine_box = &fine_level.boxes.boxes()[f];
+                            let part = fine_box.intersect(&region).expect("meeting boxes intersect");
+                            copy_box(&finer[f], fine_box, &mut fine, &region, &part);
+                        }
+                        paste(&mut values, b, &restrict(&fine, &region, &lev.ref_ratio, node), &piece);
+                    }
+                    Ok(values)
+                })
+                .collect()
+        };
+        amrzip_codec::run_with_threads(self.threads, || Ok(work()))?
     }
 
     /// Indices of a field's chunks that `region` touches, within the level's index space.

@@ -104,6 +104,7 @@ fn read_everything(s: &Snapshot) -> amrzip_store::Result<Vec<f64>> {
         out.extend(s.read::<f64>(0, level, &region, Covered::Average, false)?);
         out.extend(s.read::<f32>(1, level, &region, Covered::Nan, true)?.iter().map(|&v| v as f64));
     }
+    out.extend(s.read_boxes::<f64>(0, 0)?.into_iter().flatten().flatten());
     Ok(out)
 }
 
@@ -136,6 +137,23 @@ fn a_written_hierarchy_reads_back_within_its_bounds() {
             }
         }
     }
+    // Whole levels decoded straight into box arrays read the same, to the bit, as box reads.
+    for l in 0..2 {
+        let whole = s.read_boxes::<f32>(1, l).unwrap();
+        assert_eq!(whole.len(), 2 - l);
+        for (k, boxes) in whole.iter().enumerate() {
+            for (b, got) in d.spec.levels[l + k].boxes.iter().zip(boxes) {
+                let one = s.read::<f32>(1, l + k, b, Covered::Average, false).unwrap();
+                assert!(
+                    one.len() == got.len() && one.iter().zip(got).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "level {} box {b:?}",
+                    l + k
+                );
+                assert!(got.iter().all(|v| v.is_finite()));
+            }
+        }
+    }
+    assert!(s.read_boxes::<f64>(1, 0).is_err() && s.read_boxes::<f32>(1, 2).is_err() && s.read_boxes::<f32>(2, 0).is_err());
     assert!(s.verify().unwrap() > 0);
 }
 

@@ -202,14 +202,34 @@ class Dataset:
         region = lev.index_space if region is None else _check_region(region, self.dim, f"{self.path} level {level}")
         return self._snapshot.read(index, level, list(region[0]), list(region[1]), covered, whole_chunks)
 
+    def _whole_levels(self, field: str, level: int) -> Optional[list]:
+        """Every box of ``field`` on ``level`` and the finer levels (``[L - level][box]``),
+        decoded straight into box arrays, or None when they would take more than the chunk
+        cache: then boxes are read one by one, within the cache."""
+        itemsize = np.dtype(self.meta["dtypes"][field]).itemsize
+        cells = sum(math.prod(h - l + 1 for l, h in zip(*box)) for lev in self._levels[level:] for box in lev.boxes)
+        if cells * itemsize > _core.CACHE_BYTES:
+            return None
+        return self._snapshot.read_boxes(self._field_index(field), level)
+
     def to_hierarchy(self) -> Hierarchy:
         """The whole snapshot as a Hierarchy. Box arrays are decoded when first asked for: the
-        first box asked of a (level, field) decodes that level's chunks of the field, and the
-        finer levels' that rebuild its covered cells, in parallel batches (as iterating
-        ``level(L).field(name)`` does), within the chunk cache."""
+        first box asked of a (level, field) decodes that level and the finer ones (which rebuild
+        its covered cells) whole, straight into box arrays held until each is asked for; a box
+        asked again, or of levels too large for the chunk cache, is read on its own (after its
+        level's chunks are decoded in one batch, as iterating ``level(L).field(name)`` does)."""
+        waiting: dict = {}  # (level, field) -> {box: array} decoded whole, not handed out yet
         prefetched = set()
 
         def loader(field: str, i: int, L: int) -> np.ndarray:
+            if (L, field) not in waiting:
+                levels = self._whole_levels(field, L) or []
+                for k, arrays in enumerate(levels):
+                    waiting.setdefault((L + k, field), dict(enumerate(arrays)))
+                waiting.setdefault((L, field), {})
+            box = waiting[(L, field)].pop(i, None)
+            if box is not None:
+                return box
             if (L, field) not in prefetched:
                 self.prefetch(field, L)
                 prefetched.add((L, field))
