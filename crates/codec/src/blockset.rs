@@ -16,7 +16,7 @@ use crate::bytes::{crc32, put_varint, ByteReader};
 use crate::compressor::{read_parts, read_segments, write_parts, write_segments};
 use crate::element::{DType, Element};
 use crate::entropy::frames;
-use crate::entropy::huffman::{self, Codebook};
+use crate::entropy::huffman::{Codebook, Histogram};
 use crate::entropy::rans;
 use crate::entropy::residuals::{self, Near, Start, NEIGHBOURS, NONE};
 use crate::error::{corrupt, CodecError, Result};
@@ -334,13 +334,13 @@ impl BlockSetEncoder {
                 SharedCodebook::new(Codebook::from_histogram(&[]), None, Some(counts.tables()), weights)
             }
             Preset::Speed => {
-                let mut h = vec![0u64; self.q.alphabet()];
+                let mut h = Histogram::default();
                 for s in sets {
                     for b in &s.blocks {
-                        huffman::add_counts(&mut h, &b.coded.symbols);
+                        h.add_symbols(&b.coded.symbols);
                     }
                 }
-                SharedCodebook::new(Codebook::from_histogram(&h), None, None, weights)
+                SharedCodebook::new(Codebook::of(&h), None, None, weights)
             }
         }
     }

@@ -13,7 +13,7 @@ use crate::cpu;
 use crate::element::Element;
 use crate::entropy::contexts::{ContextCoder, MIN_SEGMENT_BYTES};
 use crate::entropy::frames;
-use crate::entropy::huffman::{self, Codebook};
+use crate::entropy::huffman::{Codebook, Histogram};
 use crate::entropy::offline;
 use crate::error::{corrupt, CodecError, Result};
 use crate::grid::{checked_num_elements, chunk_boxes, chunk_shape, gather, num_elements, ChunkBox, ChunkedOutput};
@@ -85,7 +85,7 @@ fn absolute_bound<T: Element>(data: &[T], bound: ErrorBound, all: Option<(f64, f
 struct Predicted<T> {
     coded: predictor::Coded<T>,
     patches: Vec<(usize, T)>,
-    histogram: Vec<u64>,
+    histogram: Histogram,
 }
 
 fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
@@ -95,17 +95,17 @@ fn predict_chunk<T: Element>(data: &[T], shape: &[usize], b: &ChunkBox, p: &Pred
         Predictor::Interpolation(_) => interpolate(nonfinite::fill_owned(chunk), b, p, q),
         _ => {
             let (filled, patches) = nonfinite::fill(&chunk);
-            predicted(predictor::encode(p, filled, &b.shape, q), patches, q)
+            predicted(predictor::encode(p, filled, &b.shape, q), patches)
         }
     }
 }
 
 fn interpolate<T: Element>((values, patches): Filled<T>, b: &ChunkBox, p: &Predictor, q: &Quantizer) -> Predicted<T> {
-    predicted(predictor::encode(p, Cow::Owned(values), &b.shape, q), patches, q)
+    predicted(predictor::encode(p, Cow::Owned(values), &b.shape, q), patches)
 }
 
-fn predicted<T: Element>(coded: predictor::Coded<T>, patches: Vec<(usize, T)>, q: &Quantizer) -> Predicted<T> {
-    let histogram = huffman::histogram(&coded.symbols, q.alphabet());
+fn predicted<T: Element>(coded: predictor::Coded<T>, patches: Vec<(usize, T)>) -> Predicted<T> {
+    let histogram = Histogram::of(&coded.symbols);
     Predicted { coded, patches, histogram }
 }
 
@@ -183,7 +183,7 @@ pub fn compress_with_eb<T: Element>(data: &[T], shape: &[usize], config: &Config
 /// Entropy-codes `prepared` with a codebook of its own or, in ratio mode, in context where that
 /// comes out smaller.
 fn compress_prepared<T: Element>(prepared: Prepared<T>, config: &Config) -> Result<Vec<u8>> {
-    let codebook = Codebook::from_histogram(&prepared.histogram);
+    let codebook = Codebook::of(&prepared.histogram);
     let mut table = Vec::new();
     codebook.write(&mut table);
     let huffman = prepared.finish(config, &codebook, CodebookSource::Inline, table)?;
@@ -202,7 +202,8 @@ pub struct Prepared<T> {
     pub predictor: Predictor,
     pub eb: f64,
     /// Symbol counts over all chunks.
-    pub histogram: Vec<u64>,
+    pub histogram: Histogram,
+    alphabet: usize,
     shape: Vec<usize>,
     chunk_shape: Vec<usize>,
     chunks: Vec<Predicted<T>>,
@@ -238,11 +239,17 @@ pub fn prepare<T: Element>(
         (Some(filled), [b], Predictor::Interpolation(_)) => vec![interpolate(filled, b, &p, &q)],
         _ => boxes.par_iter().map(|b| predict_chunk(data, shape, b, &p, &q)).collect(),
     };
-    let histogram = chunks.iter().fold(vec![0u64; q.alphabet()], |h, c| huffman::add_histogram(h, &c.histogram));
-    Prepared { predictor: p, eb, histogram, shape: shape.to_vec(), chunk_shape, chunks }
+    let mut histogram = Histogram::default();
+    chunks.iter().for_each(|c| histogram.add(&c.histogram));
+    Prepared { predictor: p, eb, histogram, alphabet: q.alphabet(), shape: shape.to_vec(), chunk_shape, chunks }
 }
 
 impl<T: Element> Prepared<T> {
+    /// The symbol counts over the whole alphabet.
+    pub fn dense_histogram(&self) -> Vec<u64> {
+        self.histogram.dense(self.alphabet)
+    }
+
     /// Entropy-codes the chunks with `codebook` (which must have a code for every symbol) and
     /// writes the stream; `stored` is what the header keeps of the codebook for `source`.
     pub fn finish(&self, config: &Config, codebook: &Codebook, source: CodebookSource, stored: Vec<u8>) -> Result<Vec<u8>> {

@@ -3,7 +3,7 @@
 
 use crate::element::Element;
 use crate::entropy::frames::{level_for, zstd_compress};
-use crate::entropy::huffman::{add_counts, Codebook};
+use crate::entropy::huffman::{Codebook, Histogram};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
 use crate::predictor::fitted::{self, Weights};
@@ -95,16 +95,16 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
 /// pass (see `blockset`); otherwise each sample is coded like a chunk of its own.
 fn estimate<T: Element>(p: &Predictor, samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
     let coded: Vec<Coded<T>> = samples.par_iter().map(|(data, shape)| predictor::encode(p, Cow::Borrowed(data), shape, q)).collect();
-    coded_size(&coded, q, preset, pooled)
+    coded_size(&coded, preset, pooled)
 }
 
 /// Compressed size of the samples' codes (see `estimate`).
-fn coded_size<T: Element>(coded: &[Coded<T>], q: &Quantizer, preset: Preset, pooled: bool) -> usize {
-    let mut hist = vec![0u64; q.alphabet()];
+fn coded_size<T: Element>(coded: &[Coded<T>], preset: Preset, pooled: bool) -> usize {
+    let mut hist = Histogram::default();
     for c in coded {
-        add_counts(&mut hist, &c.symbols);
+        hist.add_symbols(&c.symbols);
     }
-    let codebook = Codebook::from_histogram(&hist);
+    let codebook = Codebook::of(&hist);
     let mut bits = Vec::new();
     // The codebook is part of the cost: on small arrays it can outweigh the codes themselves.
     codebook.write(&mut bits);
@@ -226,7 +226,7 @@ pub fn choose_for_blocks<T: Element>(
     // The weights are stored too (and read with every region): their share of the judged cells.
     let mut table = Vec::new();
     weights.write(&mut table);
-    let fitted = coded_size(&coded, q, config.preset, true) + table.len() * cells / array_cells.max(cells);
+    let fitted = coded_size(&coded, config.preset, true) + table.len() * cells / array_cells.max(cells);
     (standard, (fitted < best).then_some(weights))
 }
 

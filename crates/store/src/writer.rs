@@ -165,6 +165,10 @@ fn views<'a, T: Element>(
 
 /// Calls `f` on every stored value of a box.
 fn for_each_stored<T: Element>(b: &BoxView<T>, mut f: impl FnMut(T)) {
+    if b.stored.is_none() && b.ghost.iter().all(|&g| g == 0) {
+        // Every value is a stored cell (most boxes: those of the finest level, all uncovered).
+        return b.data.iter().for_each(|&v| f(v));
+    }
     let nd = b.lo.len();
     let shape = b.shape();
     let g = |d: usize| b.ghost.get(d).copied().unwrap_or(0);
