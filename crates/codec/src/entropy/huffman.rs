@@ -215,11 +215,9 @@ impl Codebook {
     fn from_counts(first: usize, freq: &[u64]) -> Codebook {
         assert!(first + freq.len() <= MAX_ALPHABET, "Huffman alphabet of {} symbols exceeds 65536", first + freq.len());
         let mut used: Vec<(u64, u16)> = freq.iter().enumerate().filter(|&(_, &f)| f > 0).map(|(s, &f)| (f, (first + s) as u16)).collect();
-        let first = used.first().map_or(0, |&(_, s)| s as usize);
-        let mut lens = vec![0u8; used.last().map_or(0, |&(_, s)| s as usize + 1 - first)];
-        match used.len() {
-            0 => {}
-            1 => lens[0] = 1,
+        let mut lens: Vec<(u16, u8)> = match used.len() {
+            0 => Vec::new(),
+            1 => vec![(used[0].1, 1)],
             _ => {
                 // Ties broken by symbol id so the code depends on nothing but the histogram.
                 used.sort_unstable();
@@ -232,23 +230,23 @@ impl Codebook {
                 if lens_sorted[0] as u32 > MAX_CODE_LEN {
                     limit_lengths(&mut lens_sorted);
                 }
-                for (&(_, s), l) in used.iter().zip(lens_sorted) {
-                    lens[s as usize - first] = l;
-                }
+                used.iter().zip(lens_sorted).map(|(&(_, s), l)| (s, l)).collect()
             }
-        }
-        Codebook::from_lengths(first, &lens)
+        };
+        lens.sort_unstable();
+        Codebook::from_lengths(&lens)
     }
 
-    /// Builds the tables from the code lengths of symbols `first..` (0 = unused), which form a
-    /// complete code or a single symbol of length 1.
-    fn from_lengths(first: usize, lens: &[u8]) -> Codebook {
+    /// Builds the tables from the code lengths of the used symbols (increasing, lengths >= 1),
+    /// which form a complete code or a single symbol of length 1. Only the used symbols are
+    /// visited: an array's few codes can lie far apart (the escape code 0 and those around the
+    /// zero residual), and its encoder table spans the range between them.
+    fn from_lengths(lens: &[(u16, u8)]) -> Codebook {
         const N: usize = MAX_CODE_LEN as usize + 1;
         let mut count = [0u32; N];
-        for &l in lens {
+        for &(_, l) in lens {
             count[l as usize] += 1;
         }
-        count[0] = 0;
 
         let mut next_code = [0u32; N];
         let mut next_index = [0u32; N];
@@ -264,19 +262,16 @@ impl Codebook {
             code = (code + count[l]) << 1;
         }
 
-        let mut enc = vec![0u32; lens.len()];
+        let first = lens.first().map_or(0, |&(s, _)| s as usize);
+        let mut enc = vec![0u32; lens.last().map_or(0, |&(s, _)| s as usize + 1 - first)];
         let mut sorted = vec![0u16; index as usize];
-        for (i, &l) in lens.iter().enumerate() {
-            if l == 0 {
-                continue;
-            }
-            let s = first + i;
+        for &(s, l) in lens {
             let l = l as usize;
             let rev = next_code[l].reverse_bits() >> (32 - l);
             next_code[l] += 1;
-            sorted[next_index[l] as usize] = s as u16;
+            sorted[next_index[l] as usize] = s;
             next_index[l] += 1;
-            enc[i] = rev | (l as u32) << MAX_CODE_LEN;
+            enc[s as usize - first] = rev | (l as u32) << MAX_CODE_LEN;
         }
         Codebook { enc, enc_first: first, dec: OnceLock::new(), sorted, limit, base }
     }
@@ -380,8 +375,7 @@ impl Codebook {
         let n = symbols.len();
         let bytes = input.get(pos..pos + (5 * n).div_ceil(8)).ok_or_else(|| corrupt!("Huffman codebook truncated"))?;
         pos += bytes.len();
-        let first = symbols.first().map_or(0, |&s| s as usize);
-        let mut lens = vec![0u8; symbols.last().map_or(0, |&s| s as usize + 1 - first)];
+        let mut lens: Vec<(u16, u8)> = Vec::with_capacity(n);
         let mut kraft = 0u64; // in units of 2^-MAX_CODE_LEN
         for (i, &s) in symbols.iter().enumerate() {
             let bit = 5 * i;
@@ -390,7 +384,7 @@ impl Codebook {
             if l > MAX_CODE_LEN {
                 return Err(corrupt!("Huffman code length {l} exceeds {MAX_CODE_LEN}"));
             }
-            lens[s as usize - first] = l as u8;
+            lens.push((s, l as u8));
             kraft += 1 << (MAX_CODE_LEN - l);
         }
         let used_bits = 5 * n % 8;
@@ -405,7 +399,7 @@ impl Codebook {
         if !valid {
             return Err(corrupt!("Huffman code lengths do not form a complete prefix code"));
         }
-        Ok((Codebook::from_lengths(first, &lens), pos))
+        Ok((Codebook::from_lengths(&lens), pos))
     }
 
     /// Appends the bitstream of `symbols` to `out`. Fails with `InvalidInput`, leaving `out`
