@@ -278,9 +278,17 @@ impl Codebook {
 
     fn decode_table(&self) -> &DecodeTable {
         self.dec.get_or_init(|| {
-            let long_share: f64 =
-                self.enc.iter().map(|&e| e >> MAX_CODE_LEN).filter(|&l| l > TABLE_BITS).map(|l| 0.5f64.powi(l as i32)).sum();
-            self.build_table(if long_share > WIDE_SHARE { WIDE_TABLE_BITS } else { TABLE_BITS })
+            // The code space of the codes longer than TABLE_BITS, in units of 2^-MAX_CODE_LEN,
+            // over the used symbols only (the encoder table spans the range between them).
+            let long_space: u64 = self
+                .sorted
+                .iter()
+                .map(|&s| self.enc[s as usize - self.enc_first] >> MAX_CODE_LEN)
+                .filter(|&l| l > TABLE_BITS)
+                .map(|l| 1u64 << (MAX_CODE_LEN - l))
+                .sum();
+            let wide = long_space as f64 > WIDE_SHARE * (1u64 << MAX_CODE_LEN) as f64;
+            self.build_table(if wide { WIDE_TABLE_BITS } else { TABLE_BITS })
         })
     }
 
