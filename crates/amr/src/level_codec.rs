@@ -3,11 +3,11 @@
 //! (shared lossless encoding). The codebook is stored once beside the chunks, so each chunk
 //! decodes on its own and a region read decodes only the chunks it touches.
 
-use crate::unit_blocks::{gather, scatter, BoxView, Tiling};
-use amrzip_codec::blockset::{self, Block, BlockSetEncoder, Choice, PredictedBlock, PredictedSet, SharedCodebook};
+use crate::unit_blocks::{scatter, BoxView, ChunkPlan, Tiling};
+use amrzip_codec::blockset::{self, Block, BlockInfo, BlockSetEncoder, Choice, PredictedBlock, PredictedSet, SharedCodebook};
 use amrzip_codec::{CodecError, Config, Element, Result};
 use rayon::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 /// A compressed (level, field).
@@ -50,12 +50,29 @@ pub fn compress_level<T: Element>(
     first_table: u32,
     choice: Option<&Choice>,
 ) -> Result<LevelStreams> {
-    let chunks = gather(boxes, tiling).map_err(invalid)?;
-    let all: Vec<&Block<T>> = chunks.values().flatten().collect();
-    let encoder = encoder(&all, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
-    let sets: Vec<PredictedSet<T>> = chunks.par_iter().map(|(_, blocks)| encoder.predict(blocks)).collect::<Result<_>>()?;
+    let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
+    // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes wait for
+    // the shared tables.
+    let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = (0..plan.chunks().len())
+        .into_par_iter()
+        .map(|k| {
+            let blocks = plan.gather(k);
+            let counts = BlockCounts::of(&blocks);
+            Ok((!blocks.is_empty()).then_some((encoder.predict(&blocks)?, counts)))
+        })
+        .collect::<Result<_>>()?;
+    let mut indices = Vec::new();
+    let mut sets = Vec::new();
+    let mut counts = BlockCounts::default();
+    for ((idx, _), p) in plan.chunks().iter().zip(predicted) {
+        if let Some((set, c)) = p {
+            indices.push(idx.clone());
+            sets.push(set);
+            counts.add(&c);
+        }
+    }
     let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, false)?;
-    let encoded: Vec<(Vec<i64>, Vec<u8>)> = chunks.keys().cloned().zip(bytes).collect();
     // The encoder rebuilt each block as a decoder will; summed chunk by chunk in lattice order,
     // so the result does not depend on threads.
     let error = sets.iter().map(PredictedSet::error).try_fold((0.0, 0), |(s, n), e| e.map(|(a, b)| (s + a, n + b)));
@@ -63,27 +80,64 @@ pub fn compress_level<T: Element>(
         codebooks: codebooks.iter().map(SharedCodebook::to_bytes).collect(),
         predictor: encoder.predictor_name(),
         choice: encoder.choice(),
-        chunks: encoded,
-        blocks: all.len(),
-        partial_blocks: all.iter().filter(|b| b.mask.is_some()).count(),
-        stored_cells: all.iter().map(|b| b.mask.as_ref().map_or(b.values.len(), |m| m.iter().filter(|&&v| v).count())).sum(),
+        chunks: indices.into_iter().zip(bytes).collect(),
+        blocks: counts.blocks,
+        partial_blocks: counts.partial,
+        stored_cells: counts.stored,
         error,
     })
 }
 
-/// The encoder of `blocks` with `choice`, or choosing the predictor on them.
+/// How many blocks, partial blocks and stored cells.
+#[derive(Default)]
+struct BlockCounts {
+    blocks: usize,
+    partial: usize,
+    stored: usize,
+}
+
+impl BlockCounts {
+    fn of<T>(blocks: &[Block<T>]) -> BlockCounts {
+        BlockCounts {
+            blocks: blocks.len(),
+            partial: blocks.iter().filter(|b| b.mask.is_some()).count(),
+            stored: blocks.iter().map(|b| b.mask.as_ref().map_or(b.values.len(), |m| m.iter().filter(|&&v| v).count())).sum(),
+        }
+    }
+
+    fn add(&mut self, o: &BlockCounts) {
+        self.blocks += o.blocks;
+        self.partial += o.partial;
+        self.stored += o.stored;
+    }
+}
+
+/// The encoder of the blocks of `plan` with `choice`, or choosing the predictor on them: the
+/// chunks are gathered once to see which blocks there are, and again for those sampled.
 fn encoder<T: Element>(
-    blocks: &[&Block<T>],
+    plan: &ChunkPlan<T>,
     tiling: &Tiling,
     config: &Config,
     eb: f64,
     adaptive_block: bool,
     choice: Option<&Choice>,
 ) -> Result<BlockSetEncoder> {
-    match choice {
-        Some(c) => BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block),
-        None => BlockSetEncoder::new(blocks, &tiling.unit, config, eb, adaptive_block),
+    if let Some(c) = choice {
+        return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block);
     }
+    let n = tiling.unit.iter().product();
+    let per_chunk: Vec<Vec<BlockInfo>> =
+        (0..plan.chunks().len()).into_par_iter().map(|k| plan.gather(k).iter().map(|b| BlockInfo::of(b, n)).collect()).collect();
+    // The chunk and the index in it of every block, in block order.
+    let at: Vec<(usize, usize)> = per_chunk.iter().enumerate().flat_map(|(k, c)| (0..c.len()).map(move |i| (k, i))).collect();
+    let info: Vec<BlockInfo> = per_chunk.into_iter().flatten().collect();
+    let fetch = |picked: &[usize]| -> Vec<Block<T>> {
+        let chunks: BTreeSet<usize> = picked.iter().map(|&i| at[i].0).collect();
+        let mut gathered: BTreeMap<usize, Vec<Option<Block<T>>>> =
+            chunks.into_par_iter().map(|k| (k, plan.gather(k).into_iter().map(Some).collect())).collect();
+        picked.iter().filter_map(|&i| gathered.get_mut(&at[i].0).and_then(|c| c[at[i].1].take())).collect()
+    };
+    BlockSetEncoder::choose(&info, fetch, &tiling.unit, config, eb, adaptive_block)
 }
 
 /// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
@@ -124,34 +178,46 @@ pub fn trial_sizes<T: Element>(
         .map(|c| Tiling::new(tiling.origin.clone(), tiling.unit.clone(), c.clone()))
         .collect::<std::result::Result<_, _>>()
         .map_err(invalid)?;
-    let chunks = gather(boxes, tiling).map_err(invalid)?;
-    let all: Vec<&Block<T>> = chunks.values().flatten().collect();
-    let encoder = encoder(&all, tiling, config, eb, adaptive_block, choice)?;
-    // (lattice index, prediction) of every block.
-    let predicted: Vec<(Vec<i64>, PredictedBlock<T>)> = chunks
+    let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice)?;
+    // (lattice index, prediction) of every block, gathered chunk by chunk.
+    let predicted: Vec<Vec<(Vec<i64>, PredictedBlock<T>)>> = plan
+        .chunks()
         .par_iter()
-        .flat_map_iter(|(c, blocks)| blocks.iter().map(move |b| (c, b)))
-        .map(|(c, b)| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p)))
-        .collect::<Result<_>>()?;
-    let sizes = tilings
-        .iter()
-        .map(|t| {
-            let mut grouped: BTreeMap<Vec<i64>, Vec<PredictedBlock<T>>> = BTreeMap::new();
-            for (block, p) in &predicted {
-                let (chunk, position) = t.chunk_position(block);
-                grouped.entry(chunk).or_default().push(p.clone().at(position));
-            }
-            let sets: Vec<PredictedSet<T>> = grouped
-                .into_values()
-                .map(|mut blocks| {
-                    blocks.sort_by_key(PredictedBlock::position);
-                    encoder.set(blocks)
-                })
-                .collect::<Result<_>>()?;
-            let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0, true)?;
-            Ok(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>())
+        .enumerate()
+        .map(|(k, (c, _))| {
+            plan.gather(k).par_iter().map(|b| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p))).collect()
         })
         .collect::<Result<_>>()?;
+    let (lattice, predicted): (Vec<Vec<i64>>, Vec<PredictedBlock<T>>) = predicted.into_iter().flatten().unzip();
+    // Each shape's sets take the predictions and give them back once coded.
+    let mut slots: Vec<Option<PredictedBlock<T>>> = predicted.into_iter().map(Some).collect();
+    let mut sizes = Vec::with_capacity(tilings.len());
+    for t in &tilings {
+        let mut grouped: BTreeMap<Vec<i64>, Vec<(u64, usize)>> = BTreeMap::new();
+        for (i, block) in lattice.iter().enumerate() {
+            let (chunk, position) = t.chunk_position(block);
+            grouped.entry(chunk).or_default().push((position, i));
+        }
+        let members: Vec<Vec<(u64, usize)>> = grouped
+            .into_values()
+            .map(|mut m| {
+                m.sort_by_key(|&(position, _)| position);
+                m
+            })
+            .collect();
+        let sets: Vec<PredictedSet<T>> = members
+            .iter()
+            .map(|m| encoder.set(m.iter().map(|&(position, i)| slots[i].take().expect("a block in one set").at(position)).collect()))
+            .collect::<Result<_>>()?;
+        let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0, true)?;
+        sizes.push(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>());
+        for (set, m) in sets.into_iter().zip(&members) {
+            for (b, &(_, i)) in set.into_blocks().into_iter().zip(m) {
+                slots[i] = Some(b);
+            }
+        }
+    }
     Ok((sizes, encoder.choice()))
 }
 

@@ -169,66 +169,92 @@ pub(crate) fn offset(cell: &[i64], lo: &[i64], shape: &[usize], layout: Layout) 
     off
 }
 
-/// The unit blocks of `boxes`, grouped by chunk (chunks in lattice order, blocks by position).
-/// Where boxes overlap, the later box's stored cells win.
-pub fn gather<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling) -> Result<BTreeMap<Vec<i64>, Vec<Block<T>>>, String> {
-    let nd = tiling.ndim();
-    let n_unit: usize = tiling.unit.iter().product();
-    let mut blocks: BTreeMap<Vec<i64>, (Vec<T>, Vec<bool>)> = BTreeMap::new();
-    for b in boxes {
-        b.check(nd)?;
-        if b.lo.iter().zip(&tiling.origin).any(|(l, o)| l < o) {
-            return Err(format!("box {:?}..{:?} starts below the level's domain corner {:?}", b.lo, b.hi, tiling.origin));
+/// A level's boxes by the chunks they touch, to gather the unit blocks of one chunk at a time:
+/// a whole level's blocks, absent cells included, take more memory than its values.
+pub struct ChunkPlan<'p, 'a, T> {
+    boxes: &'p [BoxView<'a, T>],
+    tiling: &'p Tiling,
+    /// Per chunk touched, in lattice order: the boxes touching it, in box order.
+    chunks: Vec<(Vec<i64>, Vec<usize>)>,
+}
+
+impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
+    pub fn new(boxes: &'p [BoxView<'a, T>], tiling: &'p Tiling) -> Result<Self, String> {
+        let nd = tiling.ndim();
+        let per = tiling.blocks_per_chunk();
+        let mut touching: BTreeMap<Vec<i64>, Vec<usize>> = BTreeMap::new();
+        for (i, b) in boxes.iter().enumerate() {
+            b.check(nd)?;
+            if b.lo.iter().zip(&tiling.origin).any(|(l, o)| l < o) {
+                return Err(format!("box {:?}..{:?} starts below the level's domain corner {:?}", b.lo, b.hi, tiling.origin));
+            }
+            let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d]).div_euclid(per[d] as i64)).collect();
+            let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d]).div_euclid(per[d] as i64)).collect();
+            for_each_cell(&first, &last, |chunk| touching.entry(chunk.to_vec()).or_default().push(i));
         }
-        let shape = b.shape();
-        let (data_lo, data_shape) = b.data_extent();
-        // Distance between neighbours along the last dimension in a Fortran-ordered box.
-        let fortran_stride: usize = data_shape[..nd - 1].iter().product();
-        let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d])).collect();
-        let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d])).collect();
-        for_each_cell(&first, &last, |block| {
-            let blo = tiling.block_lo(block);
-            let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
-            let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d])).collect();
-            let (values, mask) = blocks.entry(block.to_vec()).or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
-            // Row by row along the last dimension, which is contiguous in the block and in the
-            // stored-cell mask (and in the data, unless the box is in Fortran order).
-            let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
-            let mut starts_hi = hi.clone();
-            starts_hi[nd - 1] = lo[nd - 1];
-            for_each_cell(&lo, &starts_hi, |start| {
-                let mask_at = offset(start, &b.lo, &shape, Layout::C);
-                let dst = offset(start, &blo, &tiling.unit, Layout::C);
-                let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
-                let stored = b.stored.map(|s| &s[mask_at..mask_at + row]);
-                let mut copy = |k: usize, x: T| {
-                    if stored.is_none_or(|s| s[k]) {
-                        values[k] = x;
-                        mask[k] = true;
+        Ok(ChunkPlan { boxes, tiling, chunks: touching.into_iter().collect() })
+    }
+
+    /// The chunks some box touches, in lattice order (a chunk may have no stored cell).
+    pub fn chunks(&self) -> &[(Vec<i64>, Vec<usize>)] {
+        &self.chunks
+    }
+
+    /// The unit blocks of chunk `k` of `chunks()`, by position; where boxes overlap, the later
+    /// box's stored cells win.
+    pub fn gather(&self, k: usize) -> Vec<Block<T>> {
+        let tiling = self.tiling;
+        let nd = tiling.ndim();
+        let n_unit: usize = tiling.unit.iter().product();
+        let per = tiling.blocks_per_chunk();
+        let (chunk, touching) = &self.chunks[k];
+        let chunk_first: Vec<i64> = (0..nd).map(|d| chunk[d] * per[d] as i64).collect();
+        let mut blocks: BTreeMap<Vec<i64>, (Vec<T>, Vec<bool>)> = BTreeMap::new();
+        for b in touching.iter().map(|&i| &self.boxes[i]) {
+            let shape = b.shape();
+            let (data_lo, data_shape) = b.data_extent();
+            // Distance between neighbours along the last dimension in a Fortran-ordered box.
+            let fortran_stride: usize = data_shape[..nd - 1].iter().product();
+            let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d]).max(chunk_first[d])).collect();
+            let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d]).min(chunk_first[d] + per[d] as i64 - 1)).collect();
+            for_each_cell(&first, &last, |block| {
+                let blo = tiling.block_lo(block);
+                let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
+                let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d])).collect();
+                let (values, mask) = blocks.entry(block.to_vec()).or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
+                // Row by row along the last dimension, which is contiguous in the block and in the
+                // stored-cell mask (and in the data, unless the box is in Fortran order).
+                let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
+                let mut starts_hi = hi.clone();
+                starts_hi[nd - 1] = lo[nd - 1];
+                for_each_cell(&lo, &starts_hi, |start| {
+                    let mask_at = offset(start, &b.lo, &shape, Layout::C);
+                    let dst = offset(start, &blo, &tiling.unit, Layout::C);
+                    let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
+                    let stored = b.stored.map(|s| &s[mask_at..mask_at + row]);
+                    let mut copy = |k: usize, x: T| {
+                        if stored.is_none_or(|s| s[k]) {
+                            values[k] = x;
+                            mask[k] = true;
+                        }
+                    };
+                    let src = offset(start, &data_lo, &data_shape, b.layout);
+                    match b.layout {
+                        Layout::C => b.data[src..src + row].iter().enumerate().for_each(|(k, &x)| copy(k, x)),
+                        Layout::Fortran => (0..row).for_each(|k| copy(k, b.data[src + k * fortran_stride])),
                     }
-                };
-                let src = offset(start, &data_lo, &data_shape, b.layout);
-                match b.layout {
-                    Layout::C => b.data[src..src + row].iter().enumerate().for_each(|(k, &x)| copy(k, x)),
-                    Layout::Fortran => (0..row).for_each(|k| copy(k, b.data[src + k * fortran_stride])),
-                }
+                });
             });
-        });
-    }
-    let mut chunks: BTreeMap<Vec<i64>, Vec<Block<T>>> = BTreeMap::new();
-    for (block, (values, mask)) in blocks {
-        let stored = mask.iter().filter(|&&m| m).count();
-        if stored == 0 {
-            continue;
         }
-        let (chunk, position) = tiling.chunk_position(&block);
-        let mask = (stored < n_unit).then_some(mask);
-        chunks.entry(chunk).or_default().push(Block { position, values, mask });
+        // Blocks in lattice order are in position order within a chunk.
+        blocks
+            .into_iter()
+            .filter_map(|(block, (values, mask))| {
+                let stored = mask.iter().filter(|&&m| m).count();
+                (stored > 0).then(|| Block { position: tiling.chunk_position(&block).1, values, mask: (stored < n_unit).then_some(mask) })
+            })
+            .collect()
     }
-    for blocks in chunks.values_mut() {
-        blocks.sort_by_key(|b| b.position);
-    }
-    Ok(chunks)
 }
 
 /// Writes the stored cells of `blocks` (those of `chunk`) that fall in `region_lo..=region_hi`
@@ -294,11 +320,13 @@ mod tests {
             BoxView { lo: vec![1, 3], hi: vec![6, 12], data: &data, layout: Layout::Fortran, stored: Some(&stored), ghost: vec![] },
             BoxView { lo: vec![9, 0], hi: vec![10, 1], data: &small, layout: Layout::C, stored: None, ghost: vec![] },
         ];
-        let chunks = gather(&boxes, &tiling).unwrap();
+        let plan = ChunkPlan::new(&boxes, &tiling).unwrap();
         let mut out = vec![f64::NAN; 12 * 14];
         let mut total = 0;
-        for (chunk, blocks) in &chunks {
-            total += scatter(blocks, chunk, &tiling, &[0, 0], &[11, 13], &mut out);
+        for (k, (chunk, _)) in plan.chunks().iter().enumerate() {
+            let blocks = plan.gather(k);
+            assert!(blocks.windows(2).all(|w| w[0].position < w[1].position));
+            total += scatter(&blocks, chunk, &tiling, &[0, 0], &[11, 13], &mut out);
         }
         assert_eq!(total, 59 + 4);
         for i in 1..=6 {

@@ -27,7 +27,7 @@ use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 use crate::selection;
 use crate::{Config, Preset};
 use rayon::prelude::*;
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const MAGIC: &[u8; 2] = b"AB";
@@ -59,6 +59,25 @@ pub struct Block<T> {
     pub position: u64,
     pub values: Vec<T>,
     pub mask: Option<Vec<bool>>,
+}
+
+/// What choosing a predictor needs to know of a block before it sees the block's values.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockInfo {
+    /// Whether it has the values of the unit shape.
+    pub fits: bool,
+    /// Whether all its cells are stored.
+    pub full: bool,
+    /// How many of its cells are stored.
+    pub stored: usize,
+}
+
+impl BlockInfo {
+    /// The information of `b`, a block of a unit shape of `n` cells.
+    pub fn of<T>(b: &Block<T>, n: usize) -> BlockInfo {
+        let stored = b.mask.as_ref().map_or(n, |m| m.iter().filter(|&&v| v).count());
+        BlockInfo { fits: b.values.len() == n, full: b.mask.is_none(), stored }
+    }
 }
 
 /// What the block sets of an array share: how their symbols are coded (a Huffman codebook, the
@@ -217,27 +236,44 @@ impl BlockSetEncoder {
         eb: f64,
         adaptive_block: bool,
     ) -> Result<BlockSetEncoder> {
+        let n = unit.iter().product::<usize>();
+        let info: Vec<BlockInfo> = sample.iter().map(|b| BlockInfo::of(b, n)).collect();
+        BlockSetEncoder::choose(&info, |picked| picked.iter().map(|&i| sample[i]).collect(), unit, config, eb, adaptive_block)
+    }
+
+    /// `new` for blocks described by `info` and fetched by `fetch(indices)` (the blocks at
+    /// `indices` of `info`, in that order), so that the blocks of an array need not all be in
+    /// memory at once: only those the choice samples are fetched.
+    pub fn choose<T: Element, B: Borrow<Block<T>>>(
+        info: &[BlockInfo],
+        fetch: impl Fn(&[usize]) -> Vec<B>,
+        unit: &[usize],
+        config: &Config,
+        eb: f64,
+        adaptive_block: bool,
+    ) -> Result<BlockSetEncoder> {
         check_unit(unit)?;
         let q = checked_quantizer(eb)?;
-        let n = unit.iter().product::<usize>();
         // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
-        let (full, partial): (Vec<&&Block<T>>, Vec<&&Block<T>>) =
-            sample.iter().filter(|b| b.values.len() == n).partition(|b| b.mask.is_none());
-        let pool: Vec<&&Block<T>> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
+        let fits: Vec<usize> = (0..info.len()).filter(|&i| info[i].fits).collect();
+        let (full, partial): (Vec<usize>, Vec<usize>) = fits.iter().partition(|&&i| info[i].full);
+        let pool: Vec<usize> = if full.len() >= SAMPLE_BLOCKS / 4 { full } else { full.into_iter().chain(partial).collect() };
         // Up to the sample budget of `blocks`, spread evenly, ready for a predictor.
-        let spread = |blocks: &[&&Block<T>]| -> Vec<(Vec<T>, Vec<usize>)> {
+        let n = unit.iter().product::<usize>();
+        let spread = |blocks: &[usize]| -> Vec<(Vec<T>, Vec<usize>)> {
             let step = blocks.len().div_ceil((SAMPLE_CELLS / n).clamp(MIN_SAMPLE_BLOCKS, SAMPLE_BLOCKS)).max(1);
-            blocks.iter().step_by(step).map(|b| (marked(b).0.into_owned(), unit.to_vec())).collect()
+            let picked: Vec<usize> = blocks.iter().step_by(step).copied().collect();
+            fetch(&picked).iter().map(|b| (marked(b.borrow()).0.into_owned(), unit.to_vec())).collect()
         };
         let samples = spread(&pool);
         // Fitted prediction is judged on blocks as they come, partial ones in their share: it
         // gains least where absent cells cut its stencil, so full blocks alone flatter it.
-        let judge = || spread(&sample.iter().filter(|b| b.values.len() == n).collect::<Vec<_>>());
+        let judge = || spread(&fits);
         let edge = *unit.iter().max().unwrap_or(&1);
         let (predictor, weights) = if samples.is_empty() {
             (Predictor::Lorenzo, None)
         } else {
-            let cells = sample.iter().map(|b| b.mask.as_ref().map_or(n, |m| m.iter().filter(|&&v| v).count())).sum();
+            let cells = info.iter().map(|b| b.stored).sum();
             selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block), cells)
         };
         BlockSetEncoder::with_choice(&Choice { predictor, weights }, unit, config, eb, adaptive_block)
@@ -386,15 +422,19 @@ impl BlockSetEncoder {
             }
             (true, None, BlockKind::Fitted { .. }) => unreachable!("fitted blocks are rebuilt as they are coded"),
         };
-        // Absent cells are not coded at all: the decoder knows where they fall in the walk.
-        if !coded.absent.is_empty() {
-            let mut absent = coded.absent.iter().peekable();
+        // Absent cells are not coded at all: the decoder knows where they fall in the walk. A
+        // set keeps its blocks' codes until the array's tables are learnt: neither the list of
+        // absent cells nor their symbols' room is kept.
+        let absent = std::mem::take(&mut coded.absent);
+        if !absent.is_empty() {
+            let mut absent = absent.iter().peekable();
             let mut k = 0;
             coded.symbols.retain(|_| {
                 let keep = absent.next_if_eq(&&k).is_none();
                 k += 1;
                 keep
             });
+            coded.symbols.shrink_to_fit();
         }
         Ok(PredictedBlock { position: b.position, kind, mask: b.mask.clone(), patches, coded, error })
     }
@@ -471,6 +511,11 @@ impl<T: Element> PredictedSet<T> {
     /// block after block; `None` unless the encoder was measuring.
     pub fn error(&self) -> Option<(f64, u64)> {
         self.blocks.iter().try_fold((0.0, 0), |(s, n), b| b.error.map(|(e, c)| (s + e, n + c)))
+    }
+
+    /// Its blocks, to be grouped into other sets.
+    pub fn into_blocks(self) -> Vec<PredictedBlock<T>> {
+        self.blocks
     }
 
     /// The symbols of its blocks, in block order.
