@@ -10,6 +10,9 @@ given mode and rel bound); then, peak reset again, opens the snapshot and reads 
 the peak resident size during the step minus the resident size before it: what the write (read) held on top of the
 hierarchy.  A writer that works one (level, field) at a time needs about that array's raw size, plus what it codes
 it into.  The numbers include what the allocator keeps of freed memory.
+
+Each process also times its write and read, and then a second write and read (not measured for memory): the table of
+times takes the faster of the two, and compares each thread count with one thread.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,20 +62,29 @@ def measure(dataset: str, mode: str, rel: float, threads: int) -> dict:
     levels = [dataclasses.replace(lev, loader=lambda f, i, L=L: arrays[(L, f)][i]) for L, lev in enumerate(h.levels)]
     h = dataclasses.replace(h, levels=levels)
     sizes = {key: sum(a.nbytes for a in boxes) for key, boxes in arrays.items()}
+    write_times, read_times = [], []
     with tempfile.TemporaryDirectory(prefix="memory_bench_") as tmp:
-        before = _reset_peak()
-        amrzip.write(h, os.path.join(tmp, "store"), rel=rel, mode=mode, threads=threads)
-        write_extra = _status("VmHWM") - before
-        before = _reset_peak()
-        ds = amrzip.open(os.path.join(tmp, "store"), threads=threads)
-        back = ds.to_hierarchy()
-        total = sum(back.level(L).box_data(f, i).nbytes for L in range(back.num_levels) for f in back.fields
-                    for i in range(back.level(L).num_boxes))
-        read_extra = _status("VmHWM") - before
+        for k in range(2):
+            store = os.path.join(tmp, f"store{k}")
+            before = _reset_peak()
+            t0 = time.perf_counter()
+            amrzip.write(h, store, rel=rel, mode=mode, threads=threads)
+            write_times.append(time.perf_counter() - t0)
+            if k == 0:
+                write_extra = _status("VmHWM") - before
+            before = _reset_peak()
+            t0 = time.perf_counter()
+            back = amrzip.open(store, threads=threads).to_hierarchy()
+            total = sum(back.level(L).box_data(f, i).nbytes for L in range(back.num_levels) for f in back.fields
+                        for i in range(back.level(L).num_boxes))
+            read_times.append(time.perf_counter() - t0)
+            if k == 0:
+                read_extra = _status("VmHWM") - before
     largest = max(sizes.values())
     return {"dataset": dataset, "mode": mode, "rel": rel, "threads": threads, "total_bytes": sum(sizes.values()),
             "largest_bytes": largest, "write_extra": write_extra, "read_extra": read_extra, "read_bytes": total,
-            "write_over_largest": write_extra / largest, "read_over_largest": read_extra / largest}
+            "write_over_largest": write_extra / largest, "read_over_largest": read_extra / largest,
+            "write_seconds": min(write_times), "read_seconds": min(read_times)}
 
 
 def main() -> None:
@@ -108,6 +121,16 @@ def main() -> None:
     print(f"# Peak memory of a whole-hierarchy write and read (rel {a.rel:g}, all fields)\n")
     print(markdown_table(["dataset", "mode", "threads", "hierarchy MB", "largest (level, field) MB", "write extra MB",
                           "write / largest", "read extra MB", "read / largest"], rows))
+    one = {(r["dataset"], r["mode"]): r for r in runs if r["threads"] == 1}
+    rows = []
+    for r in runs:
+        base = one.get((r["dataset"], r["mode"]))
+        speedup = lambda key: f"{base[key] / r[key]:.2f}x" if base else "-"  # noqa: E731
+        rows.append([r["dataset"], r["mode"], str(r["threads"]), f"{r['total_bytes'] / MB / r['write_seconds']:.1f}",
+                     f"{r['write_seconds']:.3f}", speedup("write_seconds"), f"{r['read_seconds']:.3f}", speedup("read_seconds")])
+    print("\n# Whole-hierarchy write and read times (faster of two), against one thread\n")
+    print(markdown_table(["dataset", "mode", "threads", "write MB/s", "write s", "write vs 1 thread", "read s",
+                          "read vs 1 thread"], rows))
     if a.json:
         Path(a.json).write_text(json.dumps(runs, indent=1))
 
