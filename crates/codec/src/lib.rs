@@ -26,6 +26,7 @@ mod nonfinite;
 mod predictor;
 mod quantizer;
 mod range;
+mod scratch;
 mod selection;
 mod stream;
 mod streaming;

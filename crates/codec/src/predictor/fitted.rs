@@ -25,6 +25,7 @@ use crate::element::Element;
 use crate::error::{corrupt, Result};
 use crate::grid::{for_each_index, strides};
 use crate::quantizer::Quantizer;
+use crate::scratch;
 use rayon::prelude::*;
 
 /// Cells before index 0 of every dimension, read as zeros by the face points' Lorenzo.
@@ -376,16 +377,38 @@ impl Walker {
 /// compound their own extrapolations across an absent region, while a mean stays within what it
 /// averages.
 fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present: Option<&[bool]>, by_stored: bool, v: &mut V) -> Vec<T> {
-    let Walker { shape, ps, len, classes, lorenzo, reduced, prefer } = walker;
+    // The padded buffers are the thread's spare ones: a write walks thousands of blocks.
+    scratch::with_vec(|buf: &mut Vec<T>| {
+        scratch::with_vec(|stored: &mut Vec<bool>| {
+            scratch::with_vec(|full: &mut Vec<u32>| {
+                buf.resize(walker.len, T::default());
+                // Which points of the padded buffer hold stored values (the padding and absent
+                // points do not).
+                stored.resize(if present.is_some() { buf.len() } else { 0 }, false);
+                // With `by_stored`: per point of the buffer, bit `m` set if the cube of class
+                // `m` behind it, the point included, is wholly stored.
+                full.resize(if by_stored { stored.len() } else { 0 }, 0);
+                walk_in(walker, values, present, v, buf, stored, full)
+            })
+        })
+    })
+}
+
+/// `walk` with its padded buffers, zeroed, of the walker's length (`stored` empty for a full
+/// block, `full` empty unless classes are chosen by what is stored).
+fn walk_in<T: Element, V: Visit<T>>(
+    walker: &Walker,
+    values: Option<&[T]>,
+    present: Option<&[bool]>,
+    v: &mut V,
+    buf: &mut [T],
+    stored: &mut [bool],
+    full: &mut [u32],
+) -> Vec<T> {
+    let Walker { shape, ps, classes, lorenzo, reduced, prefer, .. } = walker;
     let far = &classes[classes.len() - 1];
     let every_class = u32::MAX >> (32 - classes.len());
     let nd = shape.len();
-    let mut buf = vec![T::default(); *len];
-    // Which points of the padded buffer hold stored values (the padding and absent points do not).
-    let mut stored = vec![false; if present.is_some() { buf.len() } else { 0 }];
-    // With `by_stored`: per point of the buffer, bit `m` set if the cube of class `m` behind
-    // it, the point included, is wholly stored.
-    let mut full = vec![0u32; if by_stored { stored.len() } else { 0 }];
     let all_stored = |st: &Stencil, stored: &[bool], i: usize| stored.is_empty() || st.back.iter().all(|&o| stored[i - o]);
     let mut out = Vec::with_capacity(shape.iter().product());
     let n = shape[nd - 1];
@@ -439,16 +462,16 @@ fn walk<T: Element, V: Visit<T>>(walker: &Walker, values: Option<&[T]>, present:
                 let best = &classes[prefer.iter().copied().find(|&m| avail >> m & 1 == 1).unwrap_or(0)];
                 // With nothing stored behind it, a point reads the absent cells' fill.
                 if best.back.is_empty() {
-                    lorenzo.predict(&buf, i)
+                    lorenzo.predict(buf, i)
                 } else {
-                    best.predict(&buf, i)
+                    best.predict(buf, i)
                 }
             } else {
                 let class = &classes[row_class + x.min(2)];
-                if all_stored(class, &stored, i) {
-                    class.predict(&buf, i)
+                if all_stored(class, stored, i) {
+                    class.predict(buf, i)
                 } else {
-                    lorenzo.predict(&buf, i)
+                    lorenzo.predict(buf, i)
                 }
             };
             let value = values.map_or_else(T::default, |vals| vals[k]);
