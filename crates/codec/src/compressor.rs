@@ -28,7 +28,7 @@ use crate::{Config, ErrorBound, Preset};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Symbols per Huffman segment: the unit of parallel entropy coding inside a chunk.
 const SEGMENT_SYMBOLS: usize = 1 << 20;
@@ -204,6 +204,8 @@ pub struct Prepared<T> {
     /// Symbol counts over all chunks.
     pub histogram: Histogram,
     alphabet: usize,
+    /// `histogram` over the whole alphabet, made when first asked for.
+    dense: OnceLock<Vec<u64>>,
     shape: Vec<usize>,
     chunk_shape: Vec<usize>,
     chunks: Vec<Predicted<T>>,
@@ -241,13 +243,14 @@ pub fn prepare<T: Element>(
     };
     let mut histogram = Histogram::default();
     chunks.iter().for_each(|c| histogram.add(&c.histogram));
-    Prepared { predictor: p, eb, histogram, alphabet: q.alphabet(), shape: shape.to_vec(), chunk_shape, chunks }
+    Prepared { predictor: p, eb, histogram, alphabet: q.alphabet(), dense: OnceLock::new(), shape: shape.to_vec(), chunk_shape, chunks }
 }
 
 impl<T: Element> Prepared<T> {
-    /// The symbol counts over the whole alphabet.
-    pub fn dense_histogram(&self) -> Vec<u64> {
-        self.histogram.dense(self.alphabet)
+    /// The symbol counts over the whole alphabet (made once: a streamed record asks up to three
+    /// times).
+    pub fn dense_histogram(&self) -> &[u64] {
+        self.dense.get_or_init(|| self.histogram.dense(self.alphabet))
     }
 
     /// Entropy-codes the chunks with `codebook` (which must have a code for every symbol) and

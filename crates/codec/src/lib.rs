@@ -118,7 +118,7 @@ pub fn symbol_histogram<T: Element>(data: &[T], shape: &[usize], config: &Config
     if !(eb.is_finite() && eb >= 0.0) {
         return Err(CodecError::InvalidInput(format!("bound must be a finite number >= 0, got {eb}")));
     }
-    threads::run_with(config.threads, || Ok(compressor::prepare(data, shape, config, eb, None, None, None).dense_histogram()))
+    threads::run_with(config.threads, || Ok(compressor::prepare(data, shape, config, eb, None, None, None).dense_histogram().to_vec()))
 }
 
 /// The bytes of an offline codebook set, one codebook per (id, name, histogram).

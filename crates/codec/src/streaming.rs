@@ -216,7 +216,7 @@ impl StreamEncoder {
         let mut kept_try = None;
         if !stale {
             let prepared = prepare(data, shape, &self.config, eb, kept, window, None);
-            let s = spread(&prepared.dense_histogram(), DEFAULT_RADIUS as usize);
+            let s = spread(prepared.dense_histogram(), DEFAULT_RADIUS as usize);
             if let Some(c) = &self.current {
                 decision = decide(self.policy, c.spread, s, c.elements_since);
             }
@@ -229,13 +229,13 @@ impl StreamEncoder {
             None => {
                 self.stats.reselected += 1;
                 let prepared = prepare(data, shape, &self.config, eb, None, None, None);
-                let s = spread(&prepared.dense_histogram(), DEFAULT_RADIUS as usize);
+                let s = spread(prepared.dense_histogram(), DEFAULT_RADIUS as usize);
                 (prepared, s)
             }
         };
         let record = match decision {
             Decision::Keep => match &self.current {
-                Some(c) if c.codebook.encoded_bits(&prepared.dense_histogram()).is_some() => {
+                Some(c) if c.codebook.encoded_bits(prepared.dense_histogram()).is_some() => {
                     self.stats.kept += 1;
                     let record = prepared.finish(&self.config, &c.codebook, CodebookSource::Previous, Vec::new())?;
                     self.current.as_mut().expect("matched").elements_since += data.len() as u64;
@@ -278,8 +278,8 @@ impl StreamEncoder {
     fn start_over<T: Element>(&mut self, prepared: &Prepared<T>, spread: f64) -> Result<Vec<u8>> {
         let (own, table) = own_codebook(prepared);
         let histogram = prepared.dense_histogram();
-        if let Some((book, bits)) = offline::cheapest(&histogram) {
-            let own_bits = own.encoded_bits(&histogram).expect("covers its own histogram") + 8 * table.len() as u64;
+        if let Some((book, bits)) = offline::cheapest(histogram) {
+            let own_bits = own.encoded_bits(histogram).expect("covers its own histogram") + 8 * table.len() as u64;
             if bits < own_bits {
                 let record = prepared.finish(&self.config, &book.codebook, CodebookSource::Offline, vec![book.id])?;
                 self.stats.offline += 1;
@@ -296,7 +296,7 @@ impl StreamEncoder {
 /// A new codebook for the chunk (covering a window around its codes) and its serialized table.
 fn own_codebook<T: Element>(prepared: &Prepared<T>) -> (Codebook, Vec<u8>) {
     let total = prepared.histogram.total();
-    let codebook = covering(&prepared.dense_histogram(), total as f64);
+    let codebook = covering(prepared.dense_histogram(), total as f64);
     let mut table = Vec::new();
     codebook.write(&mut table);
     (codebook, table)

@@ -462,6 +462,18 @@ impl Snapshot {
         Ok(out)
     }
 
+    /// Whether `level` exists and `field` is one of the snapshot's, of values `T`.
+    fn check_field<T: Value>(&self, field: usize, level: usize) -> Result<()> {
+        self.level_meta(level)?;
+        if field >= self.meta.fields.len() {
+            return Err(invalid!("field {field} out of range: the snapshot has {} fields", self.meta.fields.len()));
+        }
+        if self.meta.dtypes[field] != <T as Element>::DTYPE {
+            return Err(invalid!("field {:?} holds {:?} values", self.meta.fields[field], self.meta.dtypes[field]));
+        }
+        Ok(())
+    }
+
     /// Chunk `idx` of a field (its stored bytes, None where absent) decoded into unit blocks and
     /// checked against the cells the boxes store there; None where it stores none.
     fn decode_checked<T: Value>(
@@ -495,13 +507,7 @@ impl Snapshot {
     /// then its boxes in parallel, their covered cells from the finer boxes just built. What
     /// reading whole levels needs: no chunk passes through the cache or is decoded twice.
     pub fn read_boxes<T: Value>(&self, field: usize, level: usize) -> Result<Vec<Vec<Vec<T>>>> {
-        self.level_meta(level)?;
-        if field >= self.meta.fields.len() {
-            return Err(invalid!("field {field} out of range: the snapshot has {} fields", self.meta.fields.len()));
-        }
-        if self.meta.dtypes[field] != <T as Element>::DTYPE {
-            return Err(invalid!("field {:?} holds {:?} values", self.meta.fields[field], self.meta.dtypes[field]));
-        }
+        self.check_field::<T>(field, level)?;
         let mut levels: Vec<Vec<Vec<T>>> = Vec::new();
         for l in (level..self.meta.levels.len()).rev() {
             let boxes = self.level_boxes(field, l, levels.last().map(Vec::as_slice))?;
@@ -515,16 +521,8 @@ impl Snapshot {
     fn level_boxes<T: Value>(&self, field: usize, level: usize, finer: Option<&[Vec<T>]>) -> Result<Vec<Vec<T>>> {
         let a = self.field_array(level, field)?;
         let lev = &self.meta.levels[level];
-        let mut indices: Vec<Vec<i64>> = Vec::new();
-        let mut at: HashMap<Vec<i64>, usize> = HashMap::new();
-        for b in &lev.boxes {
-            for idx in self.chunk_indices(&a, b) {
-                at.entry(idx.clone()).or_insert_with(|| {
-                    indices.push(idx);
-                    indices.len() - 1
-                });
-            }
-        }
+        let indices = self.box_chunks(level, &a);
+        let at: HashMap<&[i64], usize> = indices.iter().enumerate().map(|(k, idx)| (&idx[..], k)).collect();
         let stored = self.fetch(level, field, &a, &indices)?;
         let node = &self.meta.node;
         let work = || -> Result<Vec<Vec<T>>> {
@@ -538,7 +536,7 @@ impl Snapshot {
                 .map(|b| -> Result<Vec<T>> {
                     let mut values = nan::<T>(b.cells().expect("boxes were validated"))?;
                     for idx in self.chunk_indices(&a, b) {
-                        if let Some(chunk) = &blocks[at[&idx]] {
+                        if let Some(chunk) = &blocks[at[&idx[..]]] {
                             scatter(chunk, &idx, &a.tiling, &b.lo, &b.hi, &mut values);
                         }
                     }
@@ -561,6 +559,17 @@ impl Snapshot {
                 .collect()
         };
         amrzip_codec::run_with_threads(self.threads, || Ok(work()))?
+    }
+
+    /// The chunks of a field that `level`'s boxes touch, each once, in the order the boxes first
+    /// touch them.
+    fn box_chunks(&self, level: usize, a: &FieldArray) -> Vec<Vec<i64>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for b in &self.meta.levels[level].boxes {
+            out.extend(self.chunk_indices(a, b).into_iter().filter(|idx| seen.insert(idx.clone())));
+        }
+        out
     }
 
     /// Indices of a field's chunks that `region` touches, within the level's index space.
@@ -629,13 +638,7 @@ impl Snapshot {
     /// filled whole and cached, so no fine cell is averaged down twice; otherwise only the
     /// region's covered cells are rebuilt, which reads the least.
     pub fn read<T: Value>(&self, field: usize, level: usize, region: &IBox, covered: Covered, whole_chunks: bool) -> Result<Vec<T>> {
-        self.level_meta(level)?;
-        if field >= self.meta.fields.len() {
-            return Err(invalid!("field {field} out of range: the snapshot has {} fields", self.meta.fields.len()));
-        }
-        if self.meta.dtypes[field] != <T as Element>::DTYPE {
-            return Err(invalid!("field {:?} holds {:?} values", self.meta.fields[field], self.meta.dtypes[field]));
-        }
+        self.check_field::<T>(field, level)?;
         if region.ndim() != self.meta.dim || region.is_empty() {
             return Err(invalid!("region {:?}..{:?} is not a non-empty {}-dimensional box", region.lo, region.hi, self.meta.dim));
         }
@@ -762,15 +765,7 @@ impl Snapshot {
         let last = if finer { self.meta.levels.len() } else { level + 1 };
         for l in level..last {
             let a = self.field_array(l, field)?;
-            let mut indices: Vec<Vec<i64>> = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            for b in &self.meta.levels[l].boxes {
-                for idx in self.chunk_indices(&a, b) {
-                    if seen.insert(idx.clone()) {
-                        indices.push(idx);
-                    }
-                }
-            }
+            let indices = self.box_chunks(l, &a);
             let size = indices.len() * a.tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>();
             if size > budget {
                 return Ok(());
