@@ -113,7 +113,7 @@ impl BlockCounts {
 }
 
 /// The encoder of the blocks of `plan` with `choice`, or choosing the predictor on them: the
-/// chunks are gathered once to see which blocks there are, and again for those sampled.
+/// chunks' masks are gathered to see which blocks there are, the values of those sampled.
 fn encoder<T: Element>(
     plan: &ChunkPlan<T>,
     tiling: &Tiling,
@@ -125,9 +125,7 @@ fn encoder<T: Element>(
     if let Some(c) = choice {
         return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block);
     }
-    let n = tiling.unit.iter().product();
-    let per_chunk: Vec<Vec<BlockInfo>> =
-        (0..plan.chunks().len()).into_par_iter().map(|k| plan.gather(k).iter().map(|b| BlockInfo::of(b, n)).collect()).collect();
+    let per_chunk: Vec<Vec<BlockInfo>> = (0..plan.chunks().len()).into_par_iter().map(|k| plan.block_info(k)).collect();
     // The chunk and the index in it of every block, in block order.
     let at: Vec<(usize, usize)> = per_chunk.iter().enumerate().flat_map(|(k, c)| (0..c.len()).map(move |i| (k, i))).collect();
     let info: Vec<BlockInfo> = per_chunk.into_iter().flatten().collect();

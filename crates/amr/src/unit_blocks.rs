@@ -4,7 +4,7 @@
 //! covered by the next level) are left out through the block's mask, and blocks with no stored
 //! cell do not exist.
 
-use amrzip_codec::blockset::Block;
+use amrzip_codec::blockset::{Block, BlockInfo};
 use amrzip_codec::{for_each_index, Element};
 use std::collections::BTreeMap;
 
@@ -200,60 +200,109 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
         &self.chunks
     }
 
-    /// The unit blocks of chunk `k` of `chunks()`, by position; where boxes overlap, the later
-    /// box's stored cells win.
-    pub fn gather(&self, k: usize) -> Vec<Block<T>> {
+    /// Calls `f(at, dst, row, src)` for each run of cells some box of chunk `k` gives a block,
+    /// box after box: `at` is the block's position in the chunk, `dst` the run's offset in
+    /// the block (C order), `row` its length along the last dimension, and `src` says where
+    /// the box holds it.
+    fn for_each_row(&self, k: usize, mut f: impl FnMut(usize, usize, usize, Source<'_, 'a, T>)) {
         let tiling = self.tiling;
         let nd = tiling.ndim();
-        let n_unit: usize = tiling.unit.iter().product();
         let per = tiling.blocks_per_chunk();
         let (chunk, touching) = &self.chunks[k];
         let chunk_first: Vec<i64> = (0..nd).map(|d| chunk[d] * per[d] as i64).collect();
-        let mut blocks: BTreeMap<Vec<i64>, (Vec<T>, Vec<bool>)> = BTreeMap::new();
+        let (mut lo, mut hi, mut starts_hi) = (vec![0i64; nd], vec![0i64; nd], vec![0i64; nd]);
         for b in touching.iter().map(|&i| &self.boxes[i]) {
             let shape = b.shape();
             let (data_lo, data_shape) = b.data_extent();
-            // Distance between neighbours along the last dimension in a Fortran-ordered box.
-            let fortran_stride: usize = data_shape[..nd - 1].iter().product();
+            // Distance between neighbours along the last dimension in the data.
+            let stride = match b.layout {
+                Layout::C => 1,
+                Layout::Fortran => data_shape[..nd - 1].iter().product(),
+            };
             let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d]).max(chunk_first[d])).collect();
             let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d]).min(chunk_first[d] + per[d] as i64 - 1)).collect();
             for_each_cell(&first, &last, |block| {
                 let blo = tiling.block_lo(block);
-                let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
-                let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d])).collect();
-                let (values, mask) = blocks.entry(block.to_vec()).or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
+                for d in 0..nd {
+                    lo[d] = blo[d].max(b.lo[d]);
+                    hi[d] = (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]);
+                }
+                let at = offset(block, &chunk_first, &per, Layout::C);
                 // Row by row along the last dimension, which is contiguous in the block and in the
                 // stored-cell mask (and in the data, unless the box is in Fortran order).
                 let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
-                let mut starts_hi = hi.clone();
+                starts_hi.copy_from_slice(&hi);
                 starts_hi[nd - 1] = lo[nd - 1];
                 for_each_cell(&lo, &starts_hi, |start| {
-                    let mask_at = offset(start, &b.lo, &shape, Layout::C);
-                    let dst = offset(start, &blo, &tiling.unit, Layout::C);
-                    let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
-                    let stored = b.stored.map(|s| &s[mask_at..mask_at + row]);
-                    let mut copy = |k: usize, x: T| {
-                        if stored.is_none_or(|s| s[k]) {
-                            values[k] = x;
-                            mask[k] = true;
-                        }
-                    };
-                    let src = offset(start, &data_lo, &data_shape, b.layout);
-                    match b.layout {
-                        Layout::C => b.data[src..src + row].iter().enumerate().for_each(|(k, &x)| copy(k, x)),
-                        Layout::Fortran => (0..row).for_each(|k| copy(k, b.data[src + k * fortran_stride])),
-                    }
+                    let stored = b.stored.map(|s| {
+                        let at = offset(start, &b.lo, &shape, Layout::C);
+                        &s[at..at + row]
+                    });
+                    let src = Source { data: b.data, first: offset(start, &data_lo, &data_shape, b.layout), stride, stored };
+                    f(at, offset(start, &blo, &tiling.unit, Layout::C), row, src)
                 });
             });
         }
-        // Blocks in lattice order are in position order within a chunk.
+    }
+
+    /// The unit blocks of chunk `k` of `chunks()`, by position; where boxes overlap, the later
+    /// box's stored cells win.
+    pub fn gather(&self, k: usize) -> Vec<Block<T>> {
+        let n_unit: usize = self.tiling.unit.iter().product();
+        // Per block position in the chunk: its values and stored cells, made when a box first
+        // reaches it.
+        let mut blocks: Vec<Option<(Vec<T>, Vec<bool>)>> = vec![None; self.tiling.blocks_per_chunk().iter().product()];
+        self.for_each_row(k, |at, dst, row, src| {
+            let (values, mask) = blocks[at].get_or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
+            let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
+            let data = &src.data[src.first..];
+            match (src.stored, src.stride) {
+                (None, 1) => values.copy_from_slice(&data[..row]),
+                (None, stride) => values.iter_mut().enumerate().for_each(|(k, v)| *v = data[k * stride]),
+                (Some(stored), stride) => stored.iter().enumerate().filter(|&(_, &keep)| keep).for_each(|(k, _)| values[k] = data[k * stride]),
+            }
+            mark(mask, src.stored);
+        });
         blocks
             .into_iter()
-            .filter_map(|(block, (values, mask))| {
+            .enumerate()
+            .filter_map(|(position, block)| {
+                let (values, mask) = block?;
                 let stored = mask.iter().filter(|&&m| m).count();
-                (stored > 0).then(|| Block { position: tiling.chunk_position(&block).1, values, mask: (stored < n_unit).then_some(mask) })
+                (stored > 0).then(|| Block { position: position as u64, values, mask: (stored < n_unit).then_some(mask) })
             })
             .collect()
+    }
+
+    /// What `gather(k)` would give of each block, without copying values.
+    pub fn block_info(&self, k: usize) -> Vec<BlockInfo> {
+        let n_unit: usize = self.tiling.unit.iter().product();
+        let mut masks: Vec<Option<Vec<bool>>> = vec![None; self.tiling.blocks_per_chunk().iter().product()];
+        self.for_each_row(k, |at, dst, row, src| mark(&mut masks[at].get_or_insert_with(|| vec![false; n_unit])[dst..dst + row], src.stored));
+        masks
+            .into_iter()
+            .flatten()
+            .map(|mask| mask.iter().filter(|&&m| m).count())
+            .filter(|&stored| stored > 0)
+            .map(|stored| BlockInfo { fits: true, full: stored == n_unit, stored })
+            .collect()
+    }
+}
+
+/// Where a box holds a run of a block's cells: `data[first + k * stride]` for the `k`th, stored
+/// where `stored` says (all when `None`).
+struct Source<'s, 'a, T> {
+    data: &'a [T],
+    first: usize,
+    stride: usize,
+    stored: Option<&'s [bool]>,
+}
+
+/// Marks the cells of a run a box stores.
+fn mark(mask: &mut [bool], stored: Option<&[bool]>) {
+    match stored {
+        None => mask.fill(true),
+        Some(s) => mask.iter_mut().zip(s).for_each(|(m, &keep)| *m |= keep),
     }
 }
 

@@ -412,6 +412,10 @@ impl BlockSetEncoder {
             (None, true, Predictor::DualQuant) => {
                 (BlockKind::Kind(PredictorKind::Lorenzo), predictor::encode(&Predictor::Lorenzo, values, &self.unit, &self.q), None)
             }
+            (None, _, p) if self.measure => {
+                let (coded, rebuilt) = predictor::encode_rebuilding(&p, values, &self.unit, &self.q);
+                (BlockKind::Kind(p.kind()), coded, rebuilt)
+            }
             (None, _, p) => (BlockKind::Kind(p.kind()), predictor::encode(&p, values, &self.unit, &self.q), None),
         };
         let error = match (self.measure, rebuilt, kind) {
@@ -874,18 +878,13 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
 }
 
 /// A partial block's symbols with the zero-residual code put back at its absent cells, which
-/// the encoder dropped: their places in the walk come from walking a stand-in block with the
-/// same absent cells.
+/// the encoder dropped.
 fn with_absent(kind: BlockKind, side: &[u8], mask: &[bool], unit: &[usize], q: &Quantizer, coded: &[u16]) -> Result<Vec<u16>> {
     let absent: Vec<usize> = match kind {
         BlockKind::Kind(PredictorKind::DualQuant) => return Err(corrupt!("a partial block cannot use dual quantization")),
         // Fitted prediction walks in C order, as the mask lists the cells.
         BlockKind::Fitted { .. } => mask.iter().enumerate().filter(|(_, &m)| !m).map(|(k, _)| k).collect(),
-        BlockKind::Kind(kind) => {
-            let p = predictor::from_side(kind, side)?;
-            let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
-            predictor::encode(&p, Cow::Owned(stand_in), unit, q).absent
-        }
+        BlockKind::Kind(kind) => predictor::absent_in_walk(&predictor::from_side(kind, side)?, unit, mask, q),
     };
     let mut full = Vec::with_capacity(mask.len());
     let mut next = coded.iter();

@@ -686,6 +686,16 @@ fn encode_walk<T: Element, const S: bool>(buf: &mut [T], walk: &Walk) -> (Vec<u1
         let count = pass.rows.len() * pass.row_len();
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
+        if count <= group_points {
+            // One group: coded here, without a task or a list of results (small unit blocks
+            // have a dozen passes of a few hundred points each).
+            let mut v = EncodeVisitor::new(&lq, threads::init(&mut spare[pos..pos + count], 0));
+            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows: &pass.rows, shape }, &mut v);
+            exact.extend(v.exact);
+            absent.extend(v.absent.into_iter().map(|i| pos + i));
+            pos += count;
+            return;
+        }
         let groups: Vec<(Vec<T>, Vec<usize>)> = pass
             .rows
             .par_chunks(pass.group_rows())
@@ -733,6 +743,15 @@ fn decode_walk<T: Element, const S: bool>(
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
         let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
+        if pass_symbols.len() <= group_points {
+            // One group: decoded here, as in `encode_walk`.
+            let count = zeros.count(symbols, sym_pos, sym_pos + pass_symbols.len());
+            let mut v = DecodeVisitor::counted(&lq, pass_symbols, &exact[exact_pos..exact_pos + count]);
+            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows: &pass.rows, shape }, &mut v);
+            sym_pos += pass_symbols.len();
+            exact_pos += count;
+            return;
+        }
         // Each group's exact values: as many as its 0 symbols, after those of earlier groups.
         let counts: Vec<usize> = (0..pass_symbols.len().div_ceil(group_points))
             .map(|g| {
@@ -757,8 +776,9 @@ fn decode_walk<T: Element, const S: bool>(
     Ok(())
 }
 
-/// Rebuilds the values in `work`, the data to code.
-pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, settings: Settings) -> Coded<T> {
+/// Codes `work` and returns it rebuilt as a decoder will (the walk predicts from what it
+/// rebuilt, in place).
+pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, settings: Settings) -> (Coded<T>, Vec<T>) {
     let Settings { spline, order, bounds, arithmetic } = settings;
     let single = encodes_in_binary32::<T>(arithmetic, q.eb());
     let q = q.in_single(single);
@@ -769,7 +789,31 @@ pub fn encode<T: Element>(mut work: Vec<T>, shape: &[usize], q: &Quantizer, sett
     if single {
         side.push(Arithmetic::Binary32 as u8);
     }
-    Coded { symbols, exact, side, absent }
+    (Coded { symbols, exact, side, absent }, work)
+}
+
+/// The places in the walk (the order of its symbols) of the cells `mask` leaves out, which
+/// the encoder of a partial block dropped: a walk over the cached passes, coding nothing.
+pub fn absent_in_walk(shape: &[usize], settings: Settings, mask: &[bool]) -> Vec<usize> {
+    let nd = shape.len();
+    assert_eq!(mask.len(), shape.iter().product::<usize>(), "a mask per cell");
+    let mut absent = Vec::new();
+    if mask.first() == Some(&false) {
+        absent.push(0);
+    }
+    let mut pos = 1;
+    for_each_pass(shape, settings.order, settings.spline, |pass| {
+        let cs = &pass.coords[nd - 1];
+        for &(base, _) in &pass.rows {
+            for (j, &c) in cs.iter().enumerate() {
+                if !mask[base + c] {
+                    absent.push(pos + j);
+                }
+            }
+            pos += cs.len();
+        }
+    });
+    absent
 }
 
 /// The settings recorded in the side information: spline, dimension order, level tuning, and
@@ -867,9 +911,10 @@ mod tests {
         let single = encodes_in_binary32::<T>(arithmetic, eb);
         let q = Quantizer::new(eb, crate::quantizer::DEFAULT_RADIUS);
         let walk = Walk { shape, spline, order, q: &q.in_single(single), bounds };
-        let mut work = data.to_vec();
-        let (symbols, exact, _) = if single { encode_walk::<T, true>(&mut work, &walk) } else { encode_walk::<T, false>(&mut work, &walk) };
-        let coded = encode(data.to_vec(), shape, &q, chosen);
+        let mut walked = data.to_vec();
+        let (symbols, exact, _) = if single { encode_walk::<T, true>(&mut walked, &walk) } else { encode_walk::<T, false>(&mut walked, &walk) };
+        let (coded, work) = encode(data.to_vec(), shape, &q, chosen);
+        assert_eq!(work.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>(), walked.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>());
         assert_eq!((&coded.symbols, coded.exact.len()), (&symbols, exact.len()));
         assert_eq!(settings(&coded.side).unwrap().arithmetic, if single { Arithmetic::Binary32 } else { Arithmetic::Binary64 });
         let decoded = decode(shape, &q, &coded.symbols, &ZeroCounts::of(&coded.symbols), &coded.exact, &coded.side).unwrap();
@@ -899,6 +944,21 @@ mod tests {
         }
         check(|v| v as f32);
         check(|v| v);
+    }
+
+    #[test]
+    fn absent_cells_are_found_in_walk_order_without_coding() {
+        let mut next = crate::test_rng::xorshift(7);
+        for shape in [vec![16usize, 16, 16], vec![5, 9, 3], vec![8, 8], vec![13]] {
+            let n: usize = shape.iter().product();
+            for order in [DimOrder::Forward, DimOrder::Backward] {
+                let settings = Settings { spline: Spline::Cubic, order, bounds: LevelBounds(0), arithmetic: Arithmetic::Binary64 };
+                let mask: Vec<bool> = (0..n).map(|_| next() % 10 < 7).collect();
+                let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
+                let (coded, _) = encode(stand_in, &shape, &Quantizer::new(1e-3, crate::quantizer::DEFAULT_RADIUS), settings);
+                assert_eq!(absent_in_walk(&shape, settings, &mask), coded.absent, "{shape:?} {order:?}");
+            }
+        }
     }
 
     #[test]

@@ -177,12 +177,17 @@ fn walk<T: Element, V: Visit<T>>(p: &mut Padded<T>, v: &mut V) {
 }
 
 pub fn encode<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> Coded<T> {
+    encode_padded(data, shape, q).0
+}
+
+/// `encode`, and the padded chunk the walk rebuilt in place as a decoder will.
+pub fn encode_padded<T: Element>(data: &[T], shape: &[usize], q: &Quantizer) -> (Coded<T>, Padded<T>) {
     let mut p = Padded::from_dense(data, shape);
     let mut symbols = vec![0u16; data.len()];
     let mut v = EncodeVisitor::new(q, &mut symbols);
     walk(&mut p, &mut v);
     let (exact, absent) = (v.exact, v.absent);
-    Coded { symbols, exact, side: Vec::new(), absent }
+    (Coded { symbols, exact, side: Vec::new(), absent }, p)
 }
 
 pub fn decode<T: Element>(shape: &[usize], q: &Quantizer, symbols: &[u16], exact: &[T], side: &[u8]) -> Result<Vec<T>> {

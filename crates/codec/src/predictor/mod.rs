@@ -352,9 +352,24 @@ impl ZeroCounts {
 pub fn encode<T: Element>(p: &Predictor, data: Cow<'_, [T]>, shape: &[usize], q: &Quantizer) -> Coded<T> {
     match *p {
         Predictor::Lorenzo => lorenzo::encode(&data, shape, q),
-        Predictor::Regression { block } => regression::encode(&data, shape, q, block),
-        Predictor::Interpolation(settings) => interpolation::encode(data.into_owned(), shape, q, settings),
-        Predictor::DualQuant => dual_quant::encode(&data, shape, q),
+        _ => encode_rebuilding(p, data, shape, q).0,
+    }
+}
+
+/// `encode`, and the values a decoder will rebuild where the walk leaves them behind (Lorenzo
+/// and interpolation rebuild in place what they predict from); `None` for the other predictors.
+pub fn encode_rebuilding<T: Element>(p: &Predictor, data: Cow<'_, [T]>, shape: &[usize], q: &Quantizer) -> (Coded<T>, Option<Vec<T>>) {
+    match *p {
+        Predictor::Lorenzo => {
+            let (coded, padded) = lorenzo::encode_padded(&data, shape, q);
+            (coded, Some(padded.to_dense()))
+        }
+        Predictor::Regression { block } => (regression::encode(&data, shape, q, block), None),
+        Predictor::Interpolation(settings) => {
+            let (coded, rebuilt) = interpolation::encode(data.into_owned(), shape, q, settings);
+            (coded, Some(rebuilt))
+        }
+        Predictor::DualQuant => (dual_quant::encode(&data, shape, q), None),
     }
 }
 
@@ -367,6 +382,19 @@ pub fn from_side(kind: PredictorKind, side: &[u8]) -> Result<Predictor> {
         PredictorKind::Regression => Predictor::Regression { block: regression::block_of(side)? },
         PredictorKind::Interpolation => Predictor::Interpolation(interpolation::settings(side)?),
     })
+}
+
+/// The places in `p`'s walk over `shape` (the order of its symbols) of the cells `mask` leaves
+/// out. Interpolation finds them from its passes alone; the other walks code a stand-in with
+/// the same absent cells.
+pub fn absent_in_walk(p: &Predictor, shape: &[usize], mask: &[bool], q: &Quantizer) -> Vec<usize> {
+    match *p {
+        Predictor::Interpolation(settings) => interpolation::absent_in_walk(shape, settings, mask),
+        _ => {
+            let stand_in: Vec<f64> = mask.iter().map(|&m| if m { 0.0 } else { f64::NAN }).collect();
+            encode(p, Cow::Owned(stand_in), shape, q).absent
+        }
+    }
 }
 
 /// Rebuilds one chunk from its symbols (with their zero counts, when the entropy decoder made
@@ -407,6 +435,34 @@ mod tests {
             1 => Just((f32::MAX, -(f32::MAX as f64))),
             1 => (-10.0f32..10.0).prop_map(|x| (x, x as f64)),
         ]
+    }
+
+    #[test]
+    fn what_an_encoder_rebuilds_is_what_its_decoder_rebuilds() {
+        let shape = [9usize, 16, 7];
+        let n: usize = shape.iter().product();
+        let mut next = crate::test_rng::xorshift(11);
+        // A smooth field with noise, spikes and "don't care" cells.
+        let data: Vec<f64> = (0..n)
+            .map(|i| match next() % 50 {
+                0 => f64::NAN,
+                1 => 1e6,
+                r => (i as f64 * 0.01).sin() + r as f64 * 1e-3,
+            })
+            .collect();
+        let q = Quantizer::new(1e-3, DEFAULT_RADIUS);
+        let interpolation = interpolation::Settings {
+            spline: interpolation::Spline::Cubic,
+            order: interpolation::DimOrder::Forward,
+            bounds: interpolation::LevelBounds::all().next().unwrap(),
+            arithmetic: interpolation::Arithmetic::Binary64,
+        };
+        for p in [Predictor::Lorenzo, Predictor::Interpolation(interpolation)] {
+            let (coded, rebuilt) = encode_rebuilding(&p, Cow::Borrowed(&data), &shape, &q);
+            let decoded = decode(p.kind(), &shape, &q, &coded.symbols, None, &coded.exact, &coded.side).unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&rebuilt.unwrap()), bits(&decoded), "{:?}", p.kind());
+        }
     }
 
     proptest! {
