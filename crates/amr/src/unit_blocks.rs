@@ -259,7 +259,9 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
             match (src.stored, src.stride) {
                 (None, 1) => values.copy_from_slice(&data[..row]),
                 (None, stride) => values.iter_mut().enumerate().for_each(|(k, v)| *v = data[k * stride]),
-                (Some(stored), stride) => stored.iter().enumerate().filter(|&(_, &keep)| keep).for_each(|(k, _)| values[k] = data[k * stride]),
+                (Some(stored), stride) => {
+                    stored.iter().enumerate().filter(|&(_, &keep)| keep).for_each(|(k, _)| values[k] = data[k * stride])
+                }
             }
             mark(mask, src.stored);
         });
@@ -278,7 +280,9 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
     pub fn block_info(&self, k: usize) -> Vec<BlockInfo> {
         let n_unit: usize = self.tiling.unit.iter().product();
         let mut masks: Vec<Option<Vec<bool>>> = vec![None; self.tiling.blocks_per_chunk().iter().product()];
-        self.for_each_row(k, |at, dst, row, src| mark(&mut masks[at].get_or_insert_with(|| vec![false; n_unit])[dst..dst + row], src.stored));
+        self.for_each_row(k, |at, dst, row, src| {
+            mark(&mut masks[at].get_or_insert_with(|| vec![false; n_unit])[dst..dst + row], src.stored)
+        });
         masks
             .into_iter()
             .flatten()

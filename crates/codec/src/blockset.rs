@@ -578,7 +578,7 @@ impl<T: Element> PredictedSet<T> {
                 (HUFFMAN, Vec::new())
             }
         };
-        let packed = frames::pack(&raw, |frame| frames::level_for(self.preset, frame));
+        let packed = frames::pack(&raw, |frame| frames::packed_frame(self.preset, frame));
         let mut out = Vec::with_capacity(packed.len() + ranged.len() + 32);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&[version, T::DTYPE as u8, self.preset as u8, common_kind.code()]);

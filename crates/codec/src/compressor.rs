@@ -257,7 +257,7 @@ impl<T: Element> Prepared<T> {
     /// writes the stream; `stored` is what the header keeps of the codebook for `source`.
     pub fn finish(&self, config: &Config, codebook: &Codebook, source: CodebookSource, stored: Vec<u8>) -> Result<Vec<u8>> {
         let raws: Vec<Vec<u8>> = self.chunks.par_iter().map(|c| chunk_bytes(c, codebook)).collect::<Result<_>>()?;
-        Ok(self.write(config, source, stored, raws, |frame| frames::level_for(config.preset, frame)))
+        Ok(self.write(config, source, stored, raws, |frame| frames::packed_frame(config.preset, frame)))
     }
 
     /// `coded` (this array's stream with Huffman codes), or in ratio mode for at most
@@ -292,20 +292,20 @@ impl<T: Element> Prepared<T> {
         Ok(self.write(config, CodebookSource::Contexts, coder.stored(), raws, |_| None))
     }
 
-    /// The stream of the chunks' bytes `raws` (before the lossless stage, whose zstd level for a
-    /// frame `level_for` gives).
+    /// The stream of the chunks' bytes `raws` (before the lossless stage, which passes a frame
+    /// through zstd as `compress` does).
     fn write(
         &self,
         config: &Config,
         source: CodebookSource,
         stored: Vec<u8>,
         raws: Vec<Vec<u8>>,
-        level_for: impl Fn(&[u8]) -> Option<i32> + Sync,
+        compress: impl Fn(&[u8]) -> Option<Vec<u8>> + Sync,
     ) -> Vec<u8> {
         let encoded: Vec<(ChunkEntry, Vec<u8>)> = raws
             .par_iter()
             .map(|raw| {
-                let bytes = frames::pack(raw, &level_for);
+                let bytes = frames::pack(raw, &compress);
                 (ChunkEntry { predictor: self.predictor.kind(), stored_len: bytes.len() as u64, raw_len: raw.len() as u64 }, bytes)
             })
             .collect();

@@ -2,7 +2,7 @@
 //! array and keeping the one whose quantization codes have the lowest estimated size.
 
 use crate::element::Element;
-use crate::entropy::frames::{level_for, zstd_compress};
+use crate::entropy::frames::packed_frame;
 use crate::entropy::huffman::{Codebook, Histogram};
 use crate::grid::{gather, num_elements, ChunkBox};
 use crate::nonfinite;
@@ -109,7 +109,7 @@ fn coded_size<T: Element>(coded: &[Coded<T>], preset: Preset, pooled: bool) -> u
     // The codebook is part of the cost: on small arrays it can outweigh the codes themselves.
     codebook.write(&mut bits);
     let mut size = bits.len();
-    let pack = |bits: &[u8]| level_for(preset, bits).map_or(bits.len(), |level| zstd_compress(bits, level).len().min(bits.len()));
+    let pack = |bits: &[u8]| packed_frame(preset, bits).map_or(bits.len(), |packed| packed.len().min(bits.len()));
     bits.clear();
     for c in coded {
         if !pooled {

@@ -8,7 +8,7 @@ use amrzip_codec::{DType, PredictorKind, Preset};
 use amrzip_store::metadata::{dtype_name, BoundMode};
 use amrzip_store::zarr_codec::{ChunkValues, ZarrCodec};
 use amrzip_store::{self as store, Covered, ErrorKind};
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileExistsError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -118,23 +118,18 @@ enum Borrowed<'py> {
     F64(PyReadonlyArrayDyn<'py, f64>),
 }
 
-fn layout_of(a: &Bound<'_, PyAny>) -> PyResult<Layout> {
-    let flags = a.getattr("flags")?;
-    if flags.getattr("c_contiguous")?.extract()? {
-        Ok(Layout::C)
-    } else if flags.getattr("f_contiguous")?.extract()? {
-        Ok(Layout::Fortran)
-    } else {
-        Err(PyValueError::new_err("box arrays must be C- or Fortran-contiguous"))
-    }
-}
-
 /// Box values from a Python function `boxes(level, field) -> list of arrays`, called with the
-/// GIL held; the arrays stay borrowed while the writer works on them without it. An exception
-/// it raises is kept to be raised again, and stops the write.
+/// GIL held; the arrays stay borrowed while the writer works on them without it. An array that
+/// is not of the field's dtype in native byte order, aligned and C- or Fortran-contiguous is
+/// passed through `convert(array, field)` first; every array must have its box's shape. An
+/// exception either raises is kept to be raised again, and stops the write.
 struct PySource {
     boxes: Py<PyAny>,
+    convert: Py<PyAny>,
     dtypes: Vec<DType>,
+    names: Vec<String>,
+    /// Per level, the shape of each box.
+    shapes: Vec<Vec<Vec<usize>>>,
     raised: Mutex<Option<PyErr>>,
 }
 
@@ -144,18 +139,59 @@ impl PySource {
         self.raised.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         store::Error::new(ErrorKind::Interrupted, message)
     }
+
+    /// Box `i`'s array `a` as the writer takes it, converted if need be.
+    fn borrow<'py>(&self, a: Bound<'py, PyAny>, level: usize, field: usize, i: usize) -> PyResult<(Borrowed<'py>, Layout)> {
+        fn ready<'py, T: numpy::Element>(a: &Bound<'py, PyAny>) -> Option<(PyReadonlyArrayDyn<'py, T>, Layout)> {
+            let array = a.cast::<numpy::PyArrayDyn<T>>().ok()?;
+            let layout = if array.is_c_contiguous() {
+                Layout::C
+            } else if array.is_fortran_contiguous() {
+                Layout::Fortran
+            } else {
+                return None;
+            };
+            (array.data() as usize).is_multiple_of(std::mem::align_of::<T>()).then(|| (array.readonly(), layout))
+        }
+        let take = |a: &Bound<'py, PyAny>| match self.dtypes[field] {
+            DType::F32 => ready::<f32>(a).map(|(r, l)| (Borrowed::F32(r), l)),
+            DType::F64 => ready::<f64>(a).map(|(r, l)| (Borrowed::F64(r), l)),
+        };
+        let (borrowed, layout) = match take(&a) {
+            Some(ready) => ready,
+            None => {
+                let converted = self.convert.bind(a.py()).call1((a, field))?;
+                take(&converted).ok_or_else(|| PyValueError::new_err("box arrays must be C- or Fortran-contiguous"))?
+            }
+        };
+        let shape = match &borrowed {
+            Borrowed::F32(r) => r.shape().to_vec(),
+            Borrowed::F64(r) => r.shape().to_vec(),
+        };
+        let want = &self.shapes[level][i];
+        if &shape != want {
+            let name = &self.names[field];
+            return Err(PyValueError::new_err(format!(
+                "level {level} field {name:?} box {i}: data of shape {shape:?}, box of shape {want:?}"
+            )));
+        }
+        Ok((borrowed, layout))
+    }
 }
 
 impl store::BoxSource for PySource {
     fn with_boxes(&self, level: usize, field: usize, f: &mut dyn FnMut(&[store::BoxData]) -> store::Result<()>) -> store::Result<()> {
         Python::attach(|py| {
             let arrays: Vec<Bound<PyAny>> = self.boxes.call1(py, (level, field)).and_then(|l| l.extract(py)).map_err(|e| self.keep(e))?;
+            if arrays.len() != self.shapes[level].len() {
+                let (name, n) = (&self.names[field], self.shapes[level].len());
+                return Err(self
+                    .keep(PyValueError::new_err(format!("level {level} field {name:?}: data for {} boxes, {n} declared", arrays.len()))));
+            }
             let borrowed = arrays
-                .iter()
-                .map(|a| {
-                    let layout = layout_of(a)?;
-                    Ok((if self.dtypes[field] == DType::F32 { Borrowed::F32(a.extract()?) } else { Borrowed::F64(a.extract()?) }, layout))
-                })
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| self.borrow(a, level, field, i))
                 .collect::<PyResult<Vec<_>>>()
                 .map_err(|e| self.keep(e))?;
             let data = borrowed
@@ -193,22 +229,32 @@ impl<R, F: FnOnce() -> R> OnSameThread<F> {
 /// `spec`: fields (name, dtype, mode, bound), levels (domain, ref_ratio, dx, boxes, owners),
 /// node, prob_lo, prob_hi, coord_sys, time, step, source (JSON text). `boxes(level, field)`
 /// returns the field's arrays for every box of the level, indexed [i, j, k], of the box's
-/// shape, C- or Fortran-contiguous, of the field's dtype. `progress(level, field)` is called as
-/// each starts. An exception either raises stops the write, and is raised again.
+/// shape; `convert(array, field)` makes one of them C- or Fortran-contiguous, aligned, of the
+/// field's dtype in native byte order, when it is not. `progress(level, field)` is called as
+/// each starts. An exception any of them raises stops the write, and is raised again.
 #[pyfunction]
-#[pyo3(signature = (path, name, spec, boxes, options, progress=None))]
+#[pyo3(signature = (path, name, spec, boxes, convert, options, progress=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn write_snapshot<'py>(
     py: Python<'py>,
     path: PathBuf,
     name: &str,
     spec: &Bound<'py, PyDict>,
     boxes: Py<PyAny>,
+    convert: Py<PyAny>,
     options: &Bound<'py, PyDict>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = self::spec(spec)?;
     let opts = self::options(options)?;
-    let source = PySource { boxes, dtypes: spec.fields.iter().map(|f| f.dtype).collect(), raised: Mutex::new(None) };
+    let source = PySource {
+        boxes,
+        convert,
+        dtypes: spec.fields.iter().map(|f| f.dtype).collect(),
+        names: spec.fields.iter().map(|f| f.name.clone()).collect(),
+        shapes: spec.levels.iter().map(|l| l.boxes.iter().map(|b| b.shape()).collect()).collect(),
+        raised: Mutex::new(None),
+    };
     let result = py.detach(|| {
         let mut report = |level: usize, field: usize| -> store::Result<()> {
             let Some(cb) = &progress else { return Ok(()) };

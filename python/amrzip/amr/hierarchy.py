@@ -73,6 +73,8 @@ class Level(LevelGeometry):
     owners: list[int]
     fields: list[str]
     loader: Loader
+    # {field: [array per box]} when the level holds its data in memory (``from_arrays``).
+    arrays: Optional[dict] = field(default=None, repr=False, compare=False)
 
     @property
     def dim(self) -> int:
@@ -89,6 +91,15 @@ class Level(LevelGeometry):
         if a.shape != want:
             raise ValueError(f"box {i} of field {field!r}: data of shape {a.shape}, box of shape {want}")
         return a
+
+    def field_data(self, field: str) -> list:
+        """Every box's array of ``field``, in box order, as the loader gives them: shapes are
+        not checked here (``box_data`` checks one box), so bulk consumers check them at once."""
+        if field not in self.fields:
+            raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})")
+        if self.arrays is not None:
+            return list(self.arrays[field])
+        return [self.loader(field, i) for i in range(len(self.boxes))]
 
     @property
     def num_cells(self) -> int:
@@ -215,7 +226,7 @@ class Hierarchy:
             dx = tuple(float(v) for v in extent / cells)
             arrays = {f: [np.asarray(a) for a in data[f]] for f in fields}
             owners = [int(o) for o in spec.get("owners", [0] * len(boxes))]
-            built.append(Level(boxes, ratios, dx, domain, owners, fields, lambda f, i, arrays=arrays: arrays[f][i]))
+            built.append(Level(boxes, ratios, dx, domain, owners, fields, lambda f, i, arrays=arrays: arrays[f][i], arrays))
         return cls(
             fields, built, tuple(map(float, prob_lo)), tuple(map(float, prob_hi)), coord_sys, float(time), int(step), dict(attrs or {}),
             nodal if any(nodal) else (),

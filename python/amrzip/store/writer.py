@@ -156,11 +156,14 @@ def write(
     fields = list(h.fields)
 
     def boxes(L: int, f: int) -> list:
-        # One field of one level at a time: readers of HDF5 files load a box when asked.
-        lev, field = h.level(L), fields[f]
-        return [_native(lev.box_data(field, i), dtypes[field]) for i in range(lev.num_boxes)]
+        # One field of one level at a time: readers of HDF5 files load a box when asked. The core
+        # checks each array's shape, and hands back to `convert` those it cannot take as they are.
+        return h.level(L).field_data(fields[f])
+
+    def convert(a, f: int) -> np.ndarray:
+        return _native(a, dtypes[fields[f]])
 
     report = None if progress is None else (lambda L, f: progress(f"level {L} field {fields[f]}"))
-    summary = _core.write_snapshot(str(path), name, spec, boxes, options, report)
+    summary = _core.write_snapshot(str(path), name, spec, boxes, convert, options, report)
     summary["ratio"] = summary["original_bytes"] / max(summary["stored_bytes"], 1)
     return summary

@@ -35,27 +35,31 @@ pub fn zstd_compress(raw: &[u8], level: i32) -> Vec<u8> {
     })
 }
 
-/// The zstd level for a frame, or `None` to store it. A level-1 trial on a slice tells dense
+/// A frame through zstd, or `None` to store it. A level-1 trial on a slice tells dense
 /// Huffman output (rough fields at tight bounds: zstd gains next to nothing) from sparse output
 /// (long runs of one code), where a strong level pays: such frames code many values per byte.
-pub fn level_for(preset: Preset, frame: &[u8]) -> Option<i32> {
+/// A trial over the whole frame at the level chosen is the result.
+pub fn packed_frame(preset: Preset, frame: &[u8]) -> Option<Vec<u8>> {
     const TRIAL: usize = 1 << 15;
-    let trial = if frame.len() <= 4 * TRIAL { frame } else { &frame[frame.len() / 2..][..TRIAL] };
-    let gain = trial.len() as f64 / zstd_compress(trial, 1).len().max(1) as f64;
-    match preset {
-        Preset::Speed if gain < 1.03 => None,
-        Preset::Speed => Some(1),
-        Preset::Ratio if gain >= 2.0 => Some(9),
-        Preset::Ratio => Some(3),
-    }
+    let whole = frame.len() <= 4 * TRIAL;
+    let slice = if whole { frame } else { &frame[frame.len() / 2..][..TRIAL] };
+    let trial = zstd_compress(slice, 1);
+    let gain = slice.len() as f64 / trial.len().max(1) as f64;
+    let level = match preset {
+        Preset::Speed if gain < 1.03 => return None,
+        Preset::Speed => 1,
+        Preset::Ratio if gain >= 2.0 => 9,
+        Preset::Ratio => 3,
+    };
+    Some(if whole && level == 1 { trial } else { zstd_compress(frame, level) })
 }
 
-/// Packs `raw`; `level_for(frame)` gives the zstd level to try on a frame, or `None` to store it.
-/// A frame is stored whenever zstd would not shrink it.
-pub fn pack(raw: &[u8], level_for: impl Fn(&[u8]) -> Option<i32> + Sync) -> Vec<u8> {
+/// Packs `raw`; `compress(frame)` gives a frame's zstd bytes, or `None` to store it. A frame
+/// is stored whenever zstd would not shrink it.
+pub fn pack(raw: &[u8], compress: impl Fn(&[u8]) -> Option<Vec<u8>> + Sync) -> Vec<u8> {
     let frames: Vec<(u8, Cow<[u8]>)> = raw
         .par_chunks(FRAME_BYTES)
-        .map(|frame| match level_for(frame).map(|level| zstd_compress(frame, level)) {
+        .map(|frame| match compress(frame) {
             Some(packed) if packed.len() < frame.len() => (1, Cow::Owned(packed)),
             _ => (0, Cow::Borrowed(frame)),
         })
@@ -161,7 +165,7 @@ mod tests {
     use super::*;
 
     fn packed(raw: &[u8], level: Option<i32>) -> Vec<u8> {
-        pack(raw, |_| level)
+        pack(raw, |frame| level.map(|level| zstd_compress(frame, level)))
     }
 
     #[test]

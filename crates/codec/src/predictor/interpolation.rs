@@ -912,9 +912,13 @@ mod tests {
         let q = Quantizer::new(eb, crate::quantizer::DEFAULT_RADIUS);
         let walk = Walk { shape, spline, order, q: &q.in_single(single), bounds };
         let mut walked = data.to_vec();
-        let (symbols, exact, _) = if single { encode_walk::<T, true>(&mut walked, &walk) } else { encode_walk::<T, false>(&mut walked, &walk) };
+        let (symbols, exact, _) =
+            if single { encode_walk::<T, true>(&mut walked, &walk) } else { encode_walk::<T, false>(&mut walked, &walk) };
         let (coded, work) = encode(data.to_vec(), shape, &q, chosen);
-        assert_eq!(work.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>(), walked.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            work.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>(),
+            walked.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>()
+        );
         assert_eq!((&coded.symbols, coded.exact.len()), (&symbols, exact.len()));
         assert_eq!(settings(&coded.side).unwrap().arithmetic, if single { Arithmetic::Binary32 } else { Arithmetic::Binary64 });
         let decoded = decode(shape, &q, &coded.symbols, &ZeroCounts::of(&coded.symbols), &coded.exact, &coded.side).unwrap();
