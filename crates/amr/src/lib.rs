@@ -12,4 +12,4 @@ pub mod unit_blocks;
 
 pub use boxes::IBox;
 pub use level_codec::{compress_level, decode_blocks, decode_chunk, decode_chunks, decode_region, trial_sizes, LevelStreams, SharedTables};
-pub use unit_blocks::{BoxView, Layout, Tiling};
+pub use unit_blocks::{BoxView, ChunkPlan, Layout, Tiling};

@@ -276,6 +276,22 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
             .collect()
     }
 
+    /// The share of the cells of the plan's unit blocks that some box stores (1 when no block
+    /// exists): how much of a walk over the blocks codes values rather than absent cells.
+    pub fn stored_fraction(&self) -> f64 {
+        use rayon::prelude::*;
+        let n_unit: usize = self.tiling.unit.iter().product();
+        let (stored, blocks) = (0..self.chunks.len())
+            .into_par_iter()
+            .map(|k| self.block_info(k).iter().fold((0, 0), |(s, b), i| (s + i.stored, b + 1)))
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        if blocks == 0 {
+            1.0
+        } else {
+            stored as f64 / (blocks * n_unit) as f64
+        }
+    }
+
     /// What `gather(k)` would give of each block, without copying values.
     pub fn block_info(&self, k: usize) -> Vec<BlockInfo> {
         let n_unit: usize = self.tiling.unit.iter().product();
@@ -394,5 +410,16 @@ mod tests {
         }
         assert_eq!(out[9 * 14 + 1], 101.0);
         assert_eq!(out[10 * 14], 102.0);
+        // Block info agrees with the gathered blocks: 59 + 4 stored cells over 4 + 1 blocks.
+        let info: Vec<BlockInfo> = (0..plan.chunks().len()).flat_map(|k| plan.block_info(k)).collect();
+        let gathered: Vec<Block<f64>> = (0..plan.chunks().len()).flat_map(|k| plan.gather(k)).collect();
+        assert_eq!(
+            info.iter().map(|i| (i.stored, i.full)).collect::<Vec<_>>(),
+            gathered
+                .iter()
+                .map(|b| (b.mask.as_ref().map_or(16, |m| m.iter().filter(|&&v| v).count()), b.mask.is_none()))
+                .collect::<Vec<_>>()
+        );
+        assert!((plan.stored_fraction() - 63.0 / (16.0 * info.len() as f64)).abs() < 1e-12);
     }
 }

@@ -16,7 +16,7 @@ use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_V
 use crate::shard;
 use crate::store::Store;
 use amrzip_amr::boxes::{stored_mask, Coverage};
-use amrzip_amr::{BoxView, IBox, Layout, LevelStreams, Tiling};
+use amrzip_amr::{BoxView, ChunkPlan, IBox, Layout, LevelStreams, Tiling};
 use amrzip_codec::blockset::Choice;
 use amrzip_codec::{Config, DType, Element, ErrorBound, PredictorKind, Preset};
 use rayon::prelude::*;
@@ -249,7 +249,19 @@ fn field_trials<T: Element>(
     let mut choice: Option<Choice> = None;
     let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
     let dim = origin.len();
-    chunking::trials(candidates, |u, edges| {
+    let mut candidates = candidates.to_vec();
+    if cfg.preset == Preset::Speed {
+        let first = candidates.first().map_or(0, |c| c.0);
+        let mut fill = BTreeMap::new();
+        for &(u, c) in &candidates {
+            if u != first && !fill.contains_key(&u) {
+                let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![c; dim]).map_err(|e| invalid!("{e}"))?;
+                fill.insert(u, ChunkPlan::new(&picked, &tiling).map_err(|e| invalid!("{e}"))?.stored_fraction());
+            }
+        }
+        candidates.retain(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::SPEED_MIN_FILL));
+    }
+    chunking::trials(&candidates, |u, edges| {
         let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![edges[0]; dim]).map_err(|e| invalid!("{e}"))?;
         let shapes: Vec<Vec<usize>> = edges.iter().map(|&c| vec![c; dim]).collect();
         let (sizes, chosen) =
