@@ -370,12 +370,16 @@ impl BlockSetEncoder {
                 SharedCodebook::new(Codebook::from_histogram(&[]), None, Some(counts.tables()), weights)
             }
             Preset::Speed => {
-                let mut h = Histogram::default();
-                for s in sets {
-                    for b in &s.blocks {
-                        h.add_symbols(&b.coded.symbols);
-                    }
-                }
+                let h = sets
+                    .par_iter()
+                    .fold(Histogram::default, |mut h, s| {
+                        s.blocks.iter().for_each(|b| h.add_symbols(&b.coded.symbols));
+                        h
+                    })
+                    .reduce(Histogram::default, |mut a, b| {
+                        a.add(&b);
+                        a
+                    });
                 SharedCodebook::new(Codebook::of(&h), None, None, weights)
             }
         }
