@@ -97,41 +97,53 @@ impl LevelGeometry {
     pub fn check_blocks<T>(&self, tiling: &Tiling, index: &[i64], blocks: &[Block<T>]) -> Result<(), String> {
         let mask = self.chunk_mask(tiling, index).unwrap_or_default();
         let per = tiling.blocks_per_chunk();
-        let unit_cells: usize = tiling.unit.iter().product();
-        let mut expected: Vec<(u64, Vec<bool>)> = Vec::new();
+        let mut blocks = blocks.iter().peekable();
+        let mut found = None;
+        let mut position = 0u64;
         if !mask.is_empty() {
             let grid = IBox::new(vec![0; per.len()], per.iter().map(|&n| n as i64 - 1).collect());
             let chunk_box = IBox::new(vec![0; per.len()], tiling.chunk.iter().map(|&c| c as i64 - 1).collect());
             let nd = per.len();
             let row = tiling.unit[nd - 1];
-            let mut position = 0u64;
+            let (mut lo, mut hi) = (vec![0i64; nd], vec![0i64; nd]);
             for_each_cell(&grid, |b| {
-                let mut cells = Vec::with_capacity(unit_cells);
-                // The block's rows along the last dimension, in C order: each a run of the mask.
-                let lo: Vec<i64> = b.iter().zip(&tiling.unit).map(|(&i, &u)| i * u as i64).collect();
-                let hi: Vec<i64> = (0..nd).map(|d| if d + 1 == nd { lo[d] } else { lo[d] + tiling.unit[d] as i64 - 1 }).collect();
-                for_each_cell(&IBox::new(lo, hi), |c| {
-                    let o = chunk_box.offset_c(c);
-                    cells.extend_from_slice(&mask[o..o + row]);
-                });
-                if cells.contains(&true) {
-                    expected.push((position, cells));
+                if found.is_some() {
+                    return;
                 }
+                // The block's rows along the last dimension, in C order: each a run of the mask,
+                // compared with the decoded block of this position, if any, as they go.
+                for d in 0..nd {
+                    lo[d] = b[d] * tiling.unit[d] as i64;
+                    hi[d] = if d + 1 == nd { lo[d] } else { lo[d] + tiling.unit[d] as i64 - 1 };
+                }
+                let decoded = blocks.next_if(|d| d.position == position);
+                let (mut stored, mut same, mut at) = (false, true, 0);
+                for_each_cell(&IBox::new(lo.clone(), hi.clone()), |c| {
+                    let o = chunk_box.offset_c(c);
+                    let cells = &mask[o..o + row];
+                    stored |= cells.contains(&true);
+                    same &= match decoded.and_then(|d| d.mask.as_ref()) {
+                        None => cells.iter().all(|&c| c),
+                        Some(m) => m.get(at..at + row) == Some(cells),
+                    };
+                    at += row;
+                });
+                found = match (stored, decoded) {
+                    (true, None) => Some(format!("has no unit block at position {position}, where the boxes store cells")),
+                    (false, Some(_)) => Some(format!("holds a unit block at position {position}, where the boxes store no cell")),
+                    (true, Some(_)) if !same => {
+                        Some(format!("unit block at position {position} does not hold the cells the boxes store there"))
+                    }
+                    _ => None,
+                };
                 position += 1;
             });
         }
-        if expected.len() != blocks.len() {
-            return Err(format!("holds {} unit blocks where the boxes store cells in {}", blocks.len(), expected.len()));
+        if let Some(e) = found {
+            return Err(e);
         }
-        for ((position, cells), b) in expected.iter().zip(blocks) {
-            let same = b.position == *position
-                && match &b.mask {
-                    None => cells.iter().all(|&c| c),
-                    Some(m) => m == cells,
-                };
-            if !same {
-                return Err(format!("unit block at position {} does not hold the cells the boxes store there", b.position));
-            }
+        if let Some(b) = blocks.next() {
+            return Err(format!("holds a unit block at position {}, where the boxes store no cell", b.position));
         }
         Ok(())
     }
@@ -163,6 +175,9 @@ mod tests {
         let mut moved = blocks.clone();
         moved[2].mask.as_mut().unwrap()[9] = true; // cell (6, 1): outside the box
         assert!(geometry.check_blocks(&tiling, &[0, 0], &moved).unwrap_err().contains("position 2"));
-        assert!(geometry.check_blocks(&tiling, &[0, 0], &blocks[..3]).unwrap_err().contains("holds 3 unit blocks"));
+        assert!(geometry.check_blocks(&tiling, &[0, 0], &blocks[..3]).unwrap_err().contains("no unit block at position 3"));
+        let mut extra = blocks.clone();
+        extra.push(Block { position: 9, values: vec![0.0; 16], mask: None });
+        assert!(geometry.check_blocks(&tiling, &[0, 0], &extra).unwrap_err().contains("position 9"));
     }
 }
