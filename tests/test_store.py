@@ -226,6 +226,48 @@ def test_bad_arguments_are_refused(tmp_path):
         amrzip.write(h, tmp_path / "file", rel=1e-3)
 
 
+def test_box_arrays_of_any_layout_and_byte_order_are_taken_and_wrong_shapes_refused(tmp_path):
+    h = two_level()
+    ref = amrzip.write(h, tmp_path / "ref", rel=1e-3)
+
+    def awkward(a, k):
+        # Big-endian, C order, a strided view, a misaligned copy.
+        if k == 0:
+            return a.astype(">f8")
+        if k == 1:
+            return np.ascontiguousarray(a)
+        if k == 2:
+            wide = np.zeros((a.shape[0] * 2,) + a.shape[1:])
+            wide[::2] = a
+            return wide[::2]
+        raw = np.zeros(a.nbytes + 1, np.uint8)[1:]
+        raw[:] = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
+        return raw.view(np.float64).reshape(a.shape)
+
+    kinds = iter(range(100))  # each kind in turn, over every box of every field
+    levels = [
+        {"boxes": lev.boxes, "data": {f: [awkward(np.asarray(lev.box_data(f, i)), next(kinds) % 4) for i in range(lev.num_boxes)] for f in h.fields},
+         "ref_ratio": lev.ref_ratios, "domain": lev.domain}
+        for L, lev in enumerate(h.levels)
+    ]
+    odd = Hierarchy.from_arrays(levels, prob_lo=h.prob_lo, prob_hi=h.prob_hi, time=h.time, step=h.step)
+    strided, misaligned = odd.level(0).arrays["u"][0], odd.level(0).arrays["u"][1]
+    assert not strided.flags.c_contiguous and not strided.flags.f_contiguous and not misaligned.flags.aligned
+    out = amrzip.write(odd, tmp_path / "odd", rel=1e-3)
+    assert out["stored_bytes"] == ref["stored_bytes"]
+    assert_round_trip(h, amrzip.open(tmp_path / "odd"))
+    levels[1]["data"]["u"][0] = levels[1]["data"]["u"][0].T
+    bad = Hierarchy.from_arrays(levels, prob_lo=h.prob_lo, prob_hi=h.prob_hi)
+    shape = h.level(1).box_data("u", 0).shape
+    if shape != shape[::-1]:
+        with pytest.raises(ValueError, match=r"level 1 field .u. box 0: data of shape \["):
+            amrzip.write(bad, tmp_path / "bad", rel=1e-3)
+    levels[1]["data"]["u"][0] = levels[1]["data"]["u"][0][:-1]
+    with pytest.raises(ValueError, match=r"level 1 field .u. box 0: data of shape \["):
+        amrzip.write(Hierarchy.from_arrays(levels, prob_lo=h.prob_lo, prob_hi=h.prob_hi), tmp_path / "bad2", rel=1e-3)
+    assert not (tmp_path / "bad2").exists() or not list((tmp_path / "bad2").glob("*.zarr.zip"))
+
+
 def test_snapshots_are_atomic_and_never_overwritten(tmp_path):
     h = two_level()
     store = tmp_path / "s"
