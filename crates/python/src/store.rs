@@ -161,7 +161,12 @@ impl PySource {
             Some(ready) => ready,
             None => {
                 let converted = self.convert.bind(a.py()).call1((a, field))?;
-                take(&converted).ok_or_else(|| PyValueError::new_err("box arrays must be C- or Fortran-contiguous"))?
+                take(&converted).ok_or_else(|| {
+                    let name = &self.names[field];
+                    PyValueError::new_err(format!(
+                        "level {level} field {name:?} box {i}: not a C- or Fortran-contiguous, aligned array of the field's dtype after conversion"
+                    ))
+                })?
             }
         };
         let shape = match &borrowed {

@@ -249,19 +249,7 @@ fn field_trials<T: Element>(
     let mut choice: Option<Choice> = None;
     let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
     let dim = origin.len();
-    let mut candidates = candidates.to_vec();
-    if cfg.preset == Preset::Speed {
-        let first = candidates.first().map_or(0, |c| c.0);
-        let mut fill = BTreeMap::new();
-        for &(u, c) in &candidates {
-            if u != first && !fill.contains_key(&u) {
-                let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![c; dim]).map_err(|e| invalid!("{e}"))?;
-                fill.insert(u, ChunkPlan::new(&picked, &tiling).map_err(|e| invalid!("{e}"))?.stored_fraction());
-            }
-        }
-        candidates.retain(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::SPEED_MIN_FILL));
-    }
-    chunking::trials(&candidates, |u, edges| {
+    chunking::trials(candidates, |u, edges| {
         let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![edges[0]; dim]).map_err(|e| invalid!("{e}"))?;
         let shapes: Vec<Vec<usize>> = edges.iter().map(|&c| vec![c; dim]).collect();
         let (sizes, chosen) =
@@ -269,6 +257,28 @@ fn field_trials<T: Element>(
         choice = Some(chosen);
         Ok(sizes)
     })
+}
+
+/// The speed preset's candidates: those whose unit blocks would be at least
+/// `chunking::SPEED_MIN_FILL` stored on the sample (the first unit, the blocking factor's, always
+/// stays). What is stored is the level's, whatever the field: `boxes` may be any field's.
+fn speed_candidates<T: Element>(
+    boxes: &[BoxView<T>],
+    sample: &[usize],
+    origin: &[i64],
+    candidates: &[(usize, usize)],
+) -> Result<Vec<(usize, usize)>> {
+    let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
+    let dim = origin.len();
+    let first = candidates.first().map_or(0, |c| c.0);
+    let mut fill = BTreeMap::new();
+    for &(u, c) in candidates {
+        if u != first && !fill.contains_key(&u) {
+            let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![c; dim]).map_err(|e| invalid!("{e}"))?;
+            fill.insert(u, ChunkPlan::new(&picked, &tiling).map_err(|e| invalid!("{e}"))?.stored_fraction());
+        }
+    }
+    Ok(candidates.iter().copied().filter(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::SPEED_MIN_FILL)).collect())
 }
 
 fn reborrow<'a, T>(b: &BoxView<'a, T>) -> BoxView<'a, T> {
@@ -440,7 +450,7 @@ pub fn write_snapshot(
         WriteSummary { snapshot: name.to_string(), path: PathBuf::new(), fields: Vec::new(), original_bytes: 0, stored_bytes: 0 };
     for (l, lev) in spec.levels.iter().enumerate() {
         let origin = lev.domain.lo.clone();
-        let candidates = chunking::candidates(&lev.boxes, &node, &origin, options.unit, options.chunk);
+        let mut candidates = chunking::candidates(&lev.boxes, &node, &origin, options.unit, options.chunk);
         if candidates.is_empty() {
             return Err(invalid!("level {l}: no unit block and chunk edge fit unit={:?}, chunk={:?}", options.unit, options.chunk));
         }
@@ -455,6 +465,16 @@ pub fn write_snapshot(
             &cells,
             if options.preset == Preset::Speed { chunking::SPEED_TRIAL_CELLS } else { chunking::TRIAL_CELLS },
         );
+        if options.preset == Preset::Speed && candidates.len() > 1 && !lev.boxes.is_empty() && nf > 0 {
+            // Once per level, on the first field's boxes (the stored cells are the level's).
+            with_views(l, 0, &mut |views| {
+                candidates = match views {
+                    Views::F32(v) => on_pool(threads, || speed_candidates(v, &sample, &origin, &candidates))?,
+                    Views::F64(v) => on_pool(threads, || speed_candidates(v, &sample, &origin, &candidates))?,
+                };
+                Ok(())
+            })?;
+        }
         let measured = candidates.len() > 1 && !lev.boxes.is_empty();
         // Every field measures the candidates on the sample; the level takes one chunk edge for
         // all, each field its unit.

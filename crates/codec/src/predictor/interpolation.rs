@@ -686,26 +686,18 @@ fn encode_walk<T: Element, const S: bool>(buf: &mut [T], walk: &Walk) -> (Vec<u1
         let count = pass.rows.len() * pass.row_len();
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
-        if count <= group_points {
-            // One group: coded here, without a task or a list of results (small unit blocks
-            // have a dozen passes of a few hundred points each).
-            let mut v = EncodeVisitor::new(&lq, threads::init(&mut spare[pos..pos + count], 0));
-            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows: &pass.rows, shape }, &mut v);
-            exact.extend(v.exact);
-            absent.extend(v.absent.into_iter().map(|i| pos + i));
-            pos += count;
-            return;
-        }
-        let groups: Vec<(Vec<T>, Vec<usize>)> = pass
-            .rows
-            .par_chunks(pass.group_rows())
-            .zip(spare[pos..pos + count].par_chunks_mut(group_points))
-            .map(|(rows, syms)| {
-                let mut v = EncodeVisitor::new(&lq, threads::init(syms, 0));
-                visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
-                (v.exact, v.absent)
-            })
-            .collect();
+        let code = |rows: &[(usize, usize)], syms: &mut [MaybeUninit<u16>]| {
+            let mut v = EncodeVisitor::new(&lq, threads::init(syms, 0));
+            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
+            (v.exact, v.absent)
+        };
+        let syms = &mut spare[pos..pos + count];
+        // A pass of one group (every pass of a small unit block) is coded here, without a task.
+        let groups: Vec<(Vec<T>, Vec<usize>)> = if count <= group_points {
+            vec![code(&pass.rows, syms)]
+        } else {
+            pass.rows.par_chunks(pass.group_rows()).zip(syms.par_chunks_mut(group_points)).map(|(rows, syms)| code(rows, syms)).collect()
+        };
         for (g, (e, a)) in groups.into_iter().enumerate() {
             exact.extend(e);
             absent.extend(a.into_iter().map(|i| pos + g * group_points + i));
@@ -743,11 +735,14 @@ fn decode_walk<T: Element, const S: bool>(
         let lq = bounds.quantizer(q, pass.level);
         let group_points = pass.group_rows() * pass.row_len();
         let pass_symbols = &symbols[sym_pos..sym_pos + pass.rows.len() * pass.row_len()];
+        let decode = |rows: &[(usize, usize)], syms: &[u16], exact: &[T]| {
+            let mut v = DecodeVisitor::counted(&lq, syms, exact);
+            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
+        };
         if pass_symbols.len() <= group_points {
-            // One group: decoded here, as in `encode_walk`.
+            // One group: decoded here, without a task, as in `encode_walk`.
             let count = zeros.count(symbols, sym_pos, sym_pos + pass_symbols.len());
-            let mut v = DecodeVisitor::counted(&lq, pass_symbols, &exact[exact_pos..exact_pos + count]);
-            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows: &pass.rows, shape }, &mut v);
+            decode(&pass.rows, pass_symbols, &exact[exact_pos..exact_pos + count]);
             sym_pos += pass_symbols.len();
             exact_pos += count;
             return;
@@ -765,10 +760,11 @@ fn decode_walk<T: Element, const S: bool>(
             starts.push(acc);
             acc += c;
         }
-        pass.rows.par_chunks(pass.group_rows()).zip(pass_symbols.par_chunks(group_points)).enumerate().for_each(|(g, (rows, syms))| {
-            let mut v = DecodeVisitor::counted(&lq, syms, &exact[starts[g]..starts[g] + counts[g]]);
-            visit_rows_fastest::<T, _, S>(&RowGroup { buf: &buf, pass, rows, shape }, &mut v);
-        });
+        pass.rows
+            .par_chunks(pass.group_rows())
+            .zip(pass_symbols.par_chunks(group_points))
+            .enumerate()
+            .for_each(|(g, (rows, syms))| decode(rows, syms, &exact[starts[g]..starts[g] + counts[g]]));
         sym_pos += pass_symbols.len();
         exact_pos = acc;
     });

@@ -352,7 +352,9 @@ impl ZeroCounts {
 pub fn encode<T: Element>(p: &Predictor, data: Cow<'_, [T]>, shape: &[usize], q: &Quantizer) -> Coded<T> {
     match *p {
         Predictor::Lorenzo => lorenzo::encode(&data, shape, q),
-        _ => encode_rebuilding(p, data, shape, q).0,
+        Predictor::Regression { block } => regression::encode(&data, shape, q, block),
+        Predictor::Interpolation(settings) => interpolation::encode(data.into_owned(), shape, q, settings).0,
+        Predictor::DualQuant => dual_quant::encode(&data, shape, q),
     }
 }
 
@@ -364,12 +366,11 @@ pub fn encode_rebuilding<T: Element>(p: &Predictor, data: Cow<'_, [T]>, shape: &
             let (coded, padded) = lorenzo::encode_padded(&data, shape, q);
             (coded, Some(padded.to_dense()))
         }
-        Predictor::Regression { block } => (regression::encode(&data, shape, q, block), None),
         Predictor::Interpolation(settings) => {
             let (coded, rebuilt) = interpolation::encode(data.into_owned(), shape, q, settings);
             (coded, Some(rebuilt))
         }
-        Predictor::DualQuant => (dual_quant::encode(&data, shape, q), None),
+        Predictor::Regression { .. } | Predictor::DualQuant => (encode(p, data, shape, q), None),
     }
 }
 
