@@ -179,7 +179,7 @@ impl StreamEncoder {
 
     /// Compresses one chunk (any shape of 1 to 4 dimensions) into the next record.
     pub fn encode<T: Element>(&mut self, data: &[T], shape: &[usize]) -> Result<Vec<u8>> {
-        threads::run_with(self.config.threads, || self.encode_here(data, shape))
+        threads::run_sized(self.config.threads, std::mem::size_of_val(data), || self.encode_here(data, shape))
     }
 
     fn encode_here<T: Element>(&mut self, data: &[T], shape: &[usize]) -> Result<Vec<u8>> {
@@ -315,7 +315,8 @@ impl StreamDecoder {
     }
 
     pub fn decode<T: Element>(&mut self, record: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
-        let (values, shape, codebook) = threads::run_with(self.threads, || decompress_with::<T>(record, self.codebook.as_ref()))?;
+        let (values, shape, codebook) =
+            threads::run_sized(self.threads, crate::decoded_bytes(record), || decompress_with::<T>(record, self.codebook.as_ref()))?;
         self.codebook = codebook;
         Ok((values, shape))
     }

@@ -90,7 +90,7 @@ pub(crate) fn to_bytes<'py>(py: Python<'py>, data: &[u8], threads: Option<usize>
         let bytes = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyBytes>();
         let buffer = std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(ptr).cast::<MaybeUninit<u8>>(), data.len());
         py.detach(|| {
-            codec::run_with_threads(threads, || {
+            codec::run_sized_with_threads(threads, data.len(), || {
                 codec::join_into(&[data], buffer);
                 Ok(())
             })

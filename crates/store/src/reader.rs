@@ -451,7 +451,8 @@ impl Snapshot {
                 })
                 .collect::<Result<_>>()
         };
-        let decoded = amrzip_codec::run_with_threads(self.threads, || Ok(decode()))??;
+        let bytes = wanted.len() * a.tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>();
+        let decoded = amrzip_codec::run_sized_with_threads(self.threads, bytes, || Ok(decode()))??;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for (k, values) in missing.into_iter().zip(decoded) {
             let values = values.map(Arc::new);
@@ -558,7 +559,8 @@ impl Snapshot {
                 })
                 .collect()
         };
-        amrzip_codec::run_with_threads(self.threads, || Ok(work()))?
+        let bytes = indices.len() * a.tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>();
+        amrzip_codec::run_sized_with_threads(self.threads, bytes, || Ok(work()))?
     }
 
     /// The chunks of a field that `level`'s boxes touch, each once, in the order the boxes first

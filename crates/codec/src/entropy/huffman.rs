@@ -85,7 +85,11 @@ cpu::fast_fn!(
 );
 
 pub struct Codebook {
-    /// Indexed by symbol - `enc_first`, from the first to the last used symbol:
+    /// Symbol 0's entry (the quantizer's escape), kept apart: it lies half the alphabet away
+    /// from the symbols around the zero residual, and a table spanning both would be most of
+    /// a small array's coding time to build and to write.
+    zero: u32,
+    /// Indexed by symbol - `enc_first`, from the first to the last used symbol other than 0:
     /// bit-reversed code | length << 24 (0 = unused).
     enc: Vec<u32>,
     enc_first: usize,
@@ -101,9 +105,11 @@ pub struct Codebook {
 
 /// Symbol counts over the range of symbols seen, not the whole alphabet: a small array's few
 /// symbols would otherwise pay for clearing and scanning 65536 counts at every step (over half
-/// the compression time of an 8x8x8 array).
+/// the compression time of an 8x8x8 array). Symbol 0, the escape, is counted apart, or the
+/// range would reach from it to the symbols around the zero residual.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Histogram {
+    zeros: u64,
     first: usize,
     counts: Vec<u64>,
 }
@@ -111,24 +117,24 @@ pub struct Histogram {
 impl Histogram {
     /// The counts of `symbols`, block by block in parallel.
     pub fn of(symbols: &[u16]) -> Histogram {
-        let parts: Vec<(usize, Vec<u64>)> = symbols.par_chunks(COUNT_BLOCK).map(count_block).collect();
+        let parts: Vec<Histogram> = symbols.par_chunks(COUNT_BLOCK).map(count_block).collect();
         let mut h = Histogram::default();
-        for (first, counts) in parts {
-            h.add_range(first, &counts);
+        for part in &parts {
+            h.add(part);
         }
         h
     }
 
     /// Adds `other`'s counts.
     pub fn add(&mut self, other: &Histogram) {
+        self.zeros += other.zeros;
         self.add_range(other.first, &other.counts);
     }
 
     /// Adds the counts of `symbols`. For many short symbol lists (unit blocks, samples).
     pub fn add_symbols(&mut self, symbols: &[u16]) {
         for block in symbols.chunks(COUNT_BLOCK) {
-            let (first, counts) = count_block(block);
-            self.add_range(first, &counts);
+            self.add(&count_block(block));
         }
     }
 
@@ -152,13 +158,16 @@ impl Histogram {
 
     /// The number of symbols counted.
     pub fn total(&self) -> u64 {
-        self.counts.iter().sum()
+        self.zeros + self.counts.iter().sum::<u64>()
     }
 
     /// The counts of symbols `0..alphabet` (which must hold every symbol counted).
     pub fn dense(&self, alphabet: usize) -> Vec<u64> {
         let mut h = vec![0u64; alphabet];
         add_range(&mut h, self.first, &self.counts);
+        if self.zeros > 0 {
+            h[0] += self.zeros;
+        }
         h
     }
 }
@@ -174,28 +183,40 @@ cpu::fast_fn!(
     /// Four interleaved tables: runs of one symbol, the rule on smooth data, would otherwise
     /// wait on each increment's store before the next load; and a table over the block's range
     /// only costs far fewer page faults than one over the whole alphabet.
-    fn count_block(symbols: &[u16]) -> (usize, Vec<u64>) => count_block_in
+    fn count_block(symbols: &[u16]) -> Histogram => count_block_in
 );
 
 #[inline(always)]
-fn count_block_in(symbols: &[u16]) -> (usize, Vec<u64>) {
-    let (lo, hi) = symbols.iter().fold((u16::MAX, 0u16), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-    if lo > hi {
-        return (0, Vec::new());
-    }
-    let (lo, width) = (lo as usize, (hi - lo) as usize + 1);
-    let mut lanes = vec![0u32; 4 * width];
-    let (quads, rest) = symbols.split_at(symbols.len() / 4 * 4);
-    for q in quads.chunks_exact(4) {
-        for (lane, &s) in q.iter().enumerate() {
-            lanes[lane * width + s as usize - lo] += 1;
+fn count_block_in(symbols: &[u16]) -> Histogram {
+    // The range of the symbols other than 0 (which wraps to the largest value for `min`).
+    let (lo, hi) = symbols.iter().fold((u16::MAX, 0u16), |(lo, hi), &s| (lo.min(s.wrapping_sub(1)), hi.max(s)));
+    let (lo, width) = (lo as usize + 1, (hi as usize + 1).saturating_sub(lo as usize + 1));
+    // One column past the range counts the zeros: their offset wraps past it and is clamped
+    // to it, without a branch.
+    let columns = width + 1;
+    let column = |s: u16| (s as usize).wrapping_sub(lo).min(width);
+    let mut counts = vec![0u64; columns];
+    if symbols.len() < 4 * columns {
+        // Fewer symbols than counts to merge: one table.
+        symbols.iter().for_each(|&s| counts[column(s)] += 1);
+    } else {
+        let mut lanes = vec![0u32; 4 * columns];
+        let (quads, rest) = symbols.split_at(symbols.len() / 4 * 4);
+        for q in quads.chunks_exact(4) {
+            for (lane, &s) in q.iter().enumerate() {
+                lanes[lane * columns + column(s)] += 1;
+            }
+        }
+        for &s in rest {
+            lanes[column(s)] += 1;
+        }
+        // Blocks of at most 2^20 symbols: no lane overflows.
+        for (i, c) in counts.iter_mut().enumerate() {
+            *c = (0..4).map(|lane| lanes[lane * columns + i] as u64).sum();
         }
     }
-    for &s in rest {
-        lanes[s as usize - lo] += 1;
-    }
-    // Blocks of at most 2^20 symbols: no lane overflows.
-    (lo, (0..width).map(|i| (0..4).map(|lane| lanes[lane * width + i] as u64).sum()).collect())
+    let zeros = counts.pop().expect("the zeros' column");
+    Histogram { zeros, first: if width == 0 { 0 } else { lo }, counts }
 }
 
 impl Codebook {
@@ -203,18 +224,23 @@ impl Codebook {
     ///
     /// Panics if `freq.len()` exceeds 65536 (symbols are `u16`).
     pub fn from_histogram(freq: &[u64]) -> Codebook {
-        Codebook::from_counts(0, freq)
+        Codebook::from_counts(0, 0, freq)
     }
 
     /// The codebook of `h`'s counts (see `from_histogram`).
     pub fn of(h: &Histogram) -> Codebook {
-        Codebook::from_counts(h.first, &h.counts)
+        Codebook::from_counts(h.zeros, h.first, &h.counts)
     }
 
-    /// `freq[i]` = count of symbol `first + i`.
-    fn from_counts(first: usize, freq: &[u64]) -> Codebook {
+    /// `freq[i]` = count of symbol `first + i`, and `zeros` more of symbol 0.
+    fn from_counts(zeros: u64, first: usize, freq: &[u64]) -> Codebook {
         assert!(first + freq.len() <= MAX_ALPHABET, "Huffman alphabet of {} symbols exceeds 65536", first + freq.len());
         let mut used: Vec<(u64, u16)> = freq.iter().enumerate().filter(|&(_, &f)| f > 0).map(|(s, &f)| (f, (first + s) as u16)).collect();
+        match used.iter_mut().find(|u| u.1 == 0) {
+            Some(u) => u.0 += zeros,
+            None if zeros > 0 => used.push((zeros, 0)),
+            None => {}
+        }
         let mut lens: Vec<(u16, u8)> = match used.len() {
             0 => Vec::new(),
             1 => vec![(used[0].1, 1)],
@@ -262,8 +288,10 @@ impl Codebook {
             code = (code + count[l]) << 1;
         }
 
-        let first = lens.first().map_or(0, |&(s, _)| s as usize);
-        let mut enc = vec![0u32; lens.last().map_or(0, |&(s, _)| s as usize + 1 - first)];
+        let nonzero = &lens[lens.first().is_some_and(|&(s, _)| s == 0) as usize..];
+        let first = nonzero.first().map_or(0, |&(s, _)| s as usize);
+        let mut enc = vec![0u32; nonzero.last().map_or(0, |&(s, _)| s as usize + 1 - first)];
+        let mut zero = 0;
         let mut sorted = vec![0u16; index as usize];
         for &(s, l) in lens {
             let l = l as usize;
@@ -271,35 +299,54 @@ impl Codebook {
             next_code[l] += 1;
             sorted[next_index[l] as usize] = s;
             next_index[l] += 1;
-            enc[s as usize - first] = rev | (l as u32) << MAX_CODE_LEN;
+            let e = rev | (l as u32) << MAX_CODE_LEN;
+            match s {
+                0 => zero = e,
+                _ => enc[s as usize - first] = e,
+            }
         }
-        Codebook { enc, enc_first: first, dec: OnceLock::new(), sorted, limit, base }
+        Codebook { zero, enc, enc_first: first, dec: OnceLock::new(), sorted, limit, base }
+    }
+
+    /// Symbol `s`'s entry: bit-reversed code | length << 24, 0 when it has no code.
+    #[inline(always)]
+    fn entry(&self, s: usize) -> u32 {
+        let e = self.enc.get(s.wrapping_sub(self.enc_first)).copied().unwrap_or(0);
+        if s == 0 {
+            self.zero
+        } else {
+            e
+        }
+    }
+
+    /// The symbols with codes and their entries, in increasing symbol order.
+    fn entries(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let zero = (self.zero != 0).then_some((0, self.zero));
+        zero.into_iter().chain(self.enc.iter().enumerate().filter(|&(_, &e)| e != 0).map(|(i, &e)| (self.enc_first + i, e)))
     }
 
     fn decode_table(&self) -> &DecodeTable {
         self.dec.get_or_init(|| {
             // The code space of the codes longer than TABLE_BITS, in units of 2^-MAX_CODE_LEN,
             // over the used symbols only (the encoder table spans the range between them).
-            let long_space: u64 = self
-                .sorted
-                .iter()
-                .map(|&s| self.enc[s as usize - self.enc_first] >> MAX_CODE_LEN)
-                .filter(|&l| l > TABLE_BITS)
-                .map(|l| 1u64 << (MAX_CODE_LEN - l))
-                .sum();
+            let lens = || self.sorted.iter().map(|&s| self.entry(s as usize) >> MAX_CODE_LEN);
+            let long_space: u64 = lens().filter(|&l| l > TABLE_BITS).map(|l| 1u64 << (MAX_CODE_LEN - l)).sum();
             let wide = long_space as f64 > WIDE_SHARE * (1u64 << MAX_CODE_LEN) as f64;
-            self.build_table(if wide { WIDE_TABLE_BITS } else { TABLE_BITS })
+            // No wider than the longest code: building the table is the whole decoding cost
+            // of a small array, and a table wider than every code only repeats entries.
+            let longest = lens().max().unwrap_or(1).max(1);
+            self.build_table(longest.min(if wide { WIDE_TABLE_BITS } else { TABLE_BITS }))
         })
     }
 
     fn build_table(&self, table_bits: u32) -> DecodeTable {
         // The symbol and length of the code each index starts with, when it fits.
         let mut single = vec![0u32; 1 << table_bits];
-        for (i, &e) in self.enc.iter().enumerate() {
+        for (s, e) in self.entries() {
             let (l, rev) = (e >> MAX_CODE_LEN, e & CODE_MASK);
-            if l > 0 && l <= table_bits {
+            if l <= table_bits {
                 for slot in single[rev as usize..].iter_mut().step_by(1 << l) {
-                    *slot = (self.enc_first + i) as u32 | l << 16;
+                    *slot = s as u32 | l << 16;
                 }
             }
         }
@@ -334,8 +381,7 @@ impl Codebook {
 
     /// Appends the serialized codebook (layout in the module docs) to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
-        let lens: Vec<(usize, u32)> =
-            self.enc.iter().enumerate().filter(|&(_, &e)| e != 0).map(|(i, &e)| (self.enc_first + i, e >> MAX_CODE_LEN)).collect();
+        let lens: Vec<(usize, u32)> = self.entries().map(|(s, e)| (s, e >> MAX_CODE_LEN)).collect();
         let mut runs: Vec<(usize, usize)> = Vec::new(); // (first, last)
         for &(s, _) in &lens {
             match runs.last_mut() {
@@ -427,9 +473,8 @@ impl Codebook {
         // A codeless symbol has length 0, whose length - 1 alone sets bit 31 (lengths are at
         // most 24): collected instead of branched on, as it adds no bits meanwhile.
         let mut lengths_less_one = 0u32;
-        let (enc, first) = (&self.enc[..], self.enc_first);
         let code_of = |s: u16| {
-            let e = enc.get((s as usize).wrapping_sub(first)).copied().unwrap_or(0);
+            let e = self.entry(s as usize);
             ((e & CODE_MASK) as u64, e >> MAX_CODE_LEN)
         };
         // Block by block, so the buffer grows with the bits rather than for the longest codes.
@@ -591,7 +636,7 @@ impl Codebook {
     pub fn encoded_bits(&self, freq: &[u64]) -> Option<u64> {
         let mut bits = 0u64;
         for (s, &f) in freq.iter().enumerate().filter(|&(_, &f)| f > 0) {
-            let len = self.enc.get(s.wrapping_sub(self.enc_first)).map_or(0, |&e| e >> MAX_CODE_LEN);
+            let len = self.entry(s) >> MAX_CODE_LEN;
             if len == 0 {
                 return None;
             }
@@ -603,7 +648,7 @@ impl Codebook {
     /// The run of consecutive symbols with codes around `center`, as (first, last); `None` if
     /// `center` has no code.
     pub fn coded_run(&self, center: usize) -> Option<(usize, usize)> {
-        let coded = |s: usize| self.enc.get(s.wrapping_sub(self.enc_first)).is_some_and(|&e| e != 0);
+        let coded = |s: usize| self.entry(s) != 0;
         if !coded(center) {
             return None;
         }
@@ -619,7 +664,10 @@ impl Codebook {
 
     /// One past the largest symbol with a code (0 for an empty codebook).
     pub fn symbol_limit(&self) -> usize {
-        self.enc_first + self.enc.len()
+        match self.enc.len() {
+            0 => (self.zero != 0) as usize,
+            n => self.enc_first + n,
+        }
     }
 
     #[cfg(test)]
@@ -750,7 +798,8 @@ mod tests {
 
     #[test]
     fn sparse_histograms_add_up_like_dense_ones() {
-        let lists: [&[u16]; 5] = [&[], &[500, 501, 501], &[3, 3, 700], &[600], &[65535, 0]];
+        // Zeros (the escape, counted apart) alone, with others, and every symbol 0.
+        let lists: [&[u16]; 8] = [&[], &[500, 501, 501], &[3, 3, 700], &[600], &[65535, 0], &[0, 0, 0], &[0, 32768, 0, 32770, 1], &[0]];
         let mut sum = Histogram::default();
         let mut dense = vec![0u64; 1 << 16];
         for (k, list) in lists.iter().enumerate() {
@@ -762,9 +811,15 @@ mod tests {
             list.iter().for_each(|&s| dense[s as usize] += 1);
             assert_eq!(sum.dense(1 << 16), dense);
         }
-        assert_eq!(sum.total(), 9);
+        assert_eq!(sum.total(), 18);
         let book = Codebook::of(&sum);
+        assert_eq!(lengths(&book), lengths(&Codebook::from_histogram(&dense)));
         assert_eq!(book.encoded_bits(&dense), Codebook::from_histogram(&dense).encoded_bits(&dense));
+        for list in [&[0u16, 0, 0][..], &[0], &[0, 32768, 32768, 32769]] {
+            let cb = Codebook::of(&Histogram::of(list));
+            assert_eq!(lengths(&cb), lengths(&Codebook::from_histogram(&histogram(list, 1 << 16))));
+            encode_decode(&cb, list);
+        }
     }
     use proptest::prelude::*;
     use std::cmp::Reverse;
@@ -781,7 +836,7 @@ mod tests {
 
     /// (symbol, code length) of every used symbol.
     fn lengths(cb: &Codebook) -> Vec<(usize, u32)> {
-        cb.enc.iter().enumerate().filter(|&(_, &e)| e != 0).map(|(i, &e)| (cb.enc_first + i, e >> MAX_CODE_LEN)).collect()
+        cb.entries().map(|(s, e)| (s, e >> MAX_CODE_LEN)).collect()
     }
 
     fn kraft(cb: &Codebook) -> u64 {
@@ -907,12 +962,23 @@ mod tests {
         // the narrow table; a peaked histogram keeps the narrow one.
         let broad: Vec<u16> = (0..60_000u32).map(|i| (i * 7919 % 6000) as u16).collect();
         let cb = Codebook::from_histogram(&histogram(&broad, 6000));
-        assert_eq!(cb.decode_table().bits, WIDE_TABLE_BITS);
+        assert_eq!(cb.decode_table().bits, 13, "wide, but no wider than the longest code");
         encode_decode(&cb, &broad);
         let peaked: Vec<u16> = (0..60_000u32).map(|i| if i % 50 == 0 { (i % 6000) as u16 } else { 3000 + (i % 3) as u16 }).collect();
         let cb = Codebook::from_histogram(&histogram(&peaked, 6000));
-        assert_eq!(cb.decode_table().bits, TABLE_BITS);
+        assert!(cb.decode_table().bits <= TABLE_BITS);
         encode_decode(&cb, &peaked);
+    }
+
+    #[test]
+    fn short_codes_get_a_table_of_their_longest_length() {
+        // A small array's histogram: a few symbols, codes of at most 4 bits.
+        let symbols: Vec<u16> = (0..200u32).map(|i| [7, 7, 7, 7, 8, 8, 6, 9, 5, 10][i as usize % 10]).collect();
+        let cb = Codebook::from_histogram(&histogram(&symbols, 16));
+        let longest = lengths(&cb).iter().map(|&(_, l)| l).max().unwrap();
+        assert!(longest <= 4);
+        assert_eq!(cb.decode_table().bits, longest);
+        encode_decode(&cb, &symbols);
     }
 
     #[test]
