@@ -45,7 +45,8 @@ source bytes / the snapshot file's size (every byte under the store's folder: a 
 and holds nothing else; summary["stored_bytes"] is that size).  A run's hierarchy has one field, so the snapshot is
 that field's alone.  Comparisons at equal PSNR use the payload ratio (like for like).  PSNR, max error and the
 volume-weighted mean are taken over leaf cells only (cells no finer level covers), since the store rebuilds covered
-cells instead of storing them.  PSNR's peak is the leaf cells' value range.  Time = compress + decompress seconds.
+cells instead of storing them.  PSNR's peak is the leaf cells' value range.  Time = compress + decompress seconds,
+each the median of --repeat runs (default 3, every method alike; each repeated run must store the same bytes).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -181,6 +183,9 @@ def read_amrex(path: Path, fields: list[str]) -> Hierarchy:
 SZ3_ALGO = "INTERP_LORENZO"
 # Threads of the store methods, writing and reading (--threads; None: all cores). SZ3 runs on one.
 STORE_THREADS = None
+# Timed runs per (case, method), every method alike (--repeat); the median write and read times are reported. The
+# smaller hierarchies write and read in a few milliseconds, where one run's time is mostly this VM's noise.
+REPEAT = 3
 
 
 def _sz3_conf(eb: float):
@@ -385,6 +390,13 @@ def run_method(p: Prepared, method: str, fn: Callable, rel: float) -> Run:
     r = Run(p.dataset, p.field, method, rel, eb, p.orig_bytes)
     try:
         r.compressed_bytes, out, r.c_seconds, r.d_seconds, r.disk_bytes, *extra = fn(p.h, p.field, p.boxes, eb, rel)
+        times = [(r.c_seconds, r.d_seconds)]
+        for _ in range(REPEAT - 1):
+            size, _, c, d, *_ = fn(p.h, p.field, p.boxes, eb, rel)
+            if size != r.compressed_bytes:
+                raise RuntimeError(f"a repeated run stored {size} bytes, the first {r.compressed_bytes}")
+            times.append((c, d))
+        r.c_seconds, r.d_seconds = statistics.median(c for c, _ in times), statistics.median(d for _, d in times)
         r.layout = extra[0] if extra else None
         r.seconds = r.c_seconds + r.d_seconds
         r.ratio = p.orig_bytes / r.compressed_bytes
@@ -603,6 +615,7 @@ def acceptance(runs: list[Run], rd: dict | None) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
+    global SZ3_ALGO, STORE_THREADS, REPEAT
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", help=f"comma list of {', '.join(DATASETS)} (default all)")
     p.add_argument("--fields", help="comma list of fields, replacing each chosen dataset's default fields where it has them")
@@ -612,12 +625,16 @@ def main(argv=None) -> int:
                    help="SZ3 predictor of the baselines (default INTERP_LORENZO, SZ3's default)")
     p.add_argument("--threads", type=int, help="threads of the store methods, writing and reading (default all cores; "
                    "SZ3 runs on one)")
+    p.add_argument("--repeat", type=int, help=f"timed runs per case and method, median reported (default {REPEAT}; "
+                   "--quick 1)")
     p.add_argument("--quick", action="store_true", help="small synthetic hierarchies and one bound (smoke run)")
     p.add_argument("--json", type=Path, help="write runs, dataset summaries and the rate-distortion summary here")
     args = p.parse_args(argv)
 
-    global SZ3_ALGO, STORE_THREADS
     SZ3_ALGO = args.sz3_algo
+    if args.repeat is not None and args.repeat < 1:
+        p.error(f"--repeat must be at least 1, got {args.repeat}")
+    REPEAT = args.repeat or (1 if args.quick else REPEAT)
     if args.threads is not None and args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
     STORE_THREADS = args.threads
@@ -640,7 +657,7 @@ def main(argv=None) -> int:
     load_start = list(os.getloadavg())
     print(f"# amrzip AMR benchmark\n\n{platform.node()} | {platform.processor() or platform.machine()} | "
           f"{os.cpu_count()} cores | load average {' '.join(f'{v:.2f}' for v in load_start)} | numpy {np.__version__} | "
-          f"SZ3 predictor {SZ3_ALGO} (1 thread) | store threads {STORE_THREADS or 'all cores'}"
+          f"SZ3 predictor {SZ3_ALGO} (1 thread) | store threads {STORE_THREADS or 'all cores'} | timed runs {REPEAT}"
           f"{' | QUICK (small synthetic hierarchies)' if args.quick else ''}\n")
     if store_wanted and not store_ok:
         print(f"{', '.join(store_wanted)}: skipped: store API not available (amrzip.write / amrzip.open)\n")
@@ -689,7 +706,7 @@ def main(argv=None) -> int:
         print(metadata_table(runs))
         print()
     print("## Throughput (source bytes of all levels / seconds; write = compress and store, read = open and decode "
-          f"every box; store threads: {STORE_THREADS or 'all cores'}, SZ3: one)\n")
+          f"every box; median of {REPEAT} runs; store threads: {STORE_THREADS or 'all cores'}, SZ3: one)\n")
     print(throughput_table(runs))
     print()
     if len(bounds) >= 2:
@@ -713,7 +730,7 @@ def main(argv=None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"argv": sys.argv[1:] if argv is None else list(argv), "host": platform.node(), "cpus": os.cpu_count(),
                 "numpy": np.__version__, "quick": args.quick, "bounds": bounds, "sz3_algo": SZ3_ALGO,
-                "store_api": store_ok, "store_threads": STORE_THREADS, "chunk": CHUNK, "amrzip": getattr(amrzip, "__version__", None),
+                "store_api": store_ok, "store_threads": STORE_THREADS, "repeat": REPEAT, "chunk": CHUNK, "amrzip": getattr(amrzip, "__version__", None),
                 "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())}
         args.json.write_text(json.dumps({"meta": meta, "datasets": infos, "runs": [asdict(r) for r in runs],
                                          "rate_distortion": rd, "acceptance": verdicts}, indent=1, default=float))
