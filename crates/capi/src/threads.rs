@@ -23,7 +23,7 @@ pub extern "C" fn amrzip_set_threads(n: c_int) -> c_int {
         let n = usize::try_from(n).map_err(|_| Error::invalid(format!("threads must be 0 (all cores) or more, got {n}")))?;
         if n > 0 {
             // Starts the pool now (the codec keeps it for later calls) and lets the codec judge `n`.
-            amrzip_codec::run_with_threads(Some(n), || Ok(()))?;
+            amrzip_codec::start_threads(Some(n))?;
         }
         THREADS.store(n, Ordering::Relaxed);
         Ok(())

@@ -43,7 +43,7 @@ pub use grid::for_each_index;
 pub use predictor::PredictorKind;
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
-pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, INLINE_BYTES};
+pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, start as start_threads, INLINE_BYTES};
 
 /// How the user states the error bound.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -24,8 +24,24 @@ fn pool(threads: usize) -> Result<Arc<ThreadPool>> {
     Ok(p)
 }
 
+/// Checks a thread count and starts its pool (kept for later calls), without running anything
+/// on it: handing a pool even empty work costs a round of thread wake-ups.
+pub fn start(threads: Option<usize>) -> Result<()> {
+    check(threads)?;
+    threads.map_or(Ok(()), |n| pool(n).map(drop))
+}
+
+fn check(threads: Option<usize>) -> Result<()> {
+    match threads {
+        Some(0) => Err(CodecError::InvalidInput("threads must be at least 1".into())),
+        Some(n) if n > 1024 => Err(CodecError::InvalidInput(format!("threads={n} is more than 1024"))),
+        _ => Ok(()),
+    }
+}
+
 /// `None` runs on rayon's global pool (all cores); `Some(n)` on a pool of exactly `n` threads.
 pub fn run_with<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    check(threads)?;
     match threads {
         None if INLINE.with(|p| p.get().is_some()) && !IN_INLINE.get() => {
             // This thread belongs to its inline pool now (see `run_sized`), where rayon would
@@ -35,8 +51,6 @@ pub fn run_with<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R
             pool(n)?.install(work)
         }
         None => work(),
-        Some(0) => Err(CodecError::InvalidInput("threads must be at least 1".into())),
-        Some(n) if n > 1024 => Err(CodecError::InvalidInput(format!("threads={n} is more than 1024"))),
         Some(n) => pool(n)?.install(work),
     }
 }
@@ -59,7 +73,8 @@ thread_local! {
 /// on one core, and its parts are too small to share out. The bytes produced are the same on
 /// any number of threads.
 pub fn run_sized<R: Send>(threads: Option<usize>, bytes: usize, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
-    if matches!(threads, Some(n) if n == 0 || n > 1024) || bytes > INLINE_BYTES || IN_INLINE.get() {
+    check(threads)?;
+    if bytes > INLINE_BYTES || IN_INLINE.get() {
         return run_with(threads, work);
     }
     let inline = INLINE.with(|p| {
@@ -151,7 +166,10 @@ mod tests {
         std::thread::spawn(|| {
             let caught = std::panic::catch_unwind(|| run_sized(Some(1), 8, || -> Result<()> { panic!("in the work") }));
             assert!(caught.is_err());
-            assert_eq!(run_with(None, || Ok(rayon::current_num_threads())).unwrap(), std::thread::spawn(rayon::current_num_threads).join().unwrap());
+            assert_eq!(
+                run_with(None, || Ok(rayon::current_num_threads())).unwrap(),
+                std::thread::spawn(rayon::current_num_threads).join().unwrap()
+            );
             assert_eq!(run_sized(Some(1), 8, || Ok(rayon::current_num_threads())).unwrap(), 1);
         })
         .join()

@@ -213,7 +213,7 @@ impl Snapshot {
 
     /// Decodes chunks on `threads` threads (None: all cores); at least 1.
     pub fn with_threads(mut self, threads: Option<usize>) -> Result<Snapshot> {
-        amrzip_codec::run_with_threads(threads, || Ok(()))?;
+        amrzip_codec::start_threads(threads)?;
         self.threads = threads;
         Ok(self)
     }
