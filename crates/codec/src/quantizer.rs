@@ -276,7 +276,7 @@ mod tests {
         // The residual overflows i64 and saturates to i64::MIN, whose absolute value wraps.
         let q = Quantizer::new(1e-7, DEFAULT_RADIUS);
         let mut exact = Vec::new();
-        let x = 1.4304054740110017e19f32;
+        let x = 1.430_405_5e19_f32;
         let (s, r) = q.quantize(x, x as f64 + 1.9e12, &mut exact);
         assert_eq!((s, r), (0, x));
     }

@@ -183,7 +183,7 @@ fn build<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64) -> Vec<T> {
                 let offset: T = scalar(*offset, &mut Rng(seed));
                 let amplitude: T = scalar(*amplitude, &mut Rng(seed ^ 1));
                 let mut v = offset.to_f64() + amplitude.to_f64() * smooth(i, &mut rng);
-                if rng.next() % *spike_every as u64 == 0 {
+                if rng.next().is_multiple_of(*spike_every as u64) {
                     v += scalar::<T>(*spike, &mut rng).to_f64() * rng.sign();
                 }
                 if v.is_nan() {
@@ -200,7 +200,7 @@ fn build<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64) -> Vec<T> {
             },
             Pattern::OffsetNoise { offset_log10 } => clamp(10f64.powi(*offset_log10) + rng.unit()),
             Pattern::PowersOfTwo => {
-                if rng.next() % 4 != 0 {
+                if !rng.next().is_multiple_of(4) {
                     T::from_f64(0.0)
                 } else {
                     clamp(rng.sign() * 2f64.powi((rng.next() % 181) as i32 - 80))
@@ -208,7 +208,7 @@ fn build<T: Float>(pattern: &Pattern, shape: &[usize], seed: u64) -> Vec<T> {
             }
             Pattern::AllNan => T::nan(rng.next()),
             Pattern::MostlyNan { finite_every } => {
-                if rng.next() % *finite_every as u64 == 0 {
+                if rng.next().is_multiple_of(*finite_every as u64) {
                     clamp(100.0 * smooth(i, &mut rng))
                 } else {
                     T::nan(rng.next())
@@ -484,7 +484,7 @@ fn bin_limits<T: Float>(
     let mut rng = Rng(seed);
     let data: Vec<T> = (0..shape.iter().product::<usize>())
         .map(|_| {
-            if rng.next() % 4 != 0 {
+            if !rng.next().is_multiple_of(4) {
                 return T::from_f64(0.0);
             }
             let bin = BINS[(rng.next() % BINS.len() as u64) as usize];

@@ -126,7 +126,7 @@ struct Outcome {
 }
 
 fn decode_all(input: &[u8]) -> Outcome {
-    let threads = if input.len() % 2 == 0 { None } else { Some(2) };
+    let threads = if input.len().is_multiple_of(2) { None } else { Some(2) };
     Outcome {
         info: info(input),
         f32: decompress::<f32>(input, threads).map(|(v, s)| (v.len(), s)),

@@ -137,7 +137,7 @@ pub fn decode(stream: &[u8], p: &Params, out: &mut [u8]) -> Result<(), String> {
     let fits = info.shape.len() == full.len()
         && info.shape[1..] == full[1..]
         && info.shape[0] <= full[0]
-        && (info.shape[0] * slab_len(&full)) % slab == 0;
+        && (info.shape[0] * slab_len(&full)).is_multiple_of(slab);
     if !fits {
         return Err(format!("chunk holds shape {:?}, which does not fit the chunk {:?}", info.shape, p.dims));
     }
