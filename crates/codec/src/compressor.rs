@@ -497,7 +497,11 @@ type Decoded<T> = (Vec<T>, Vec<usize>, Option<Arc<Codebook>>);
 /// returns the codebook used, which the next record of a chunked stream may refer to (none
 /// for a stream coded in context).
 pub fn decompress_with<T: Element>(stream: &[u8], previous: Option<&Arc<Codebook>>) -> Result<Decoded<T>> {
-    let s = Stream::read(stream)?;
+    decode_stream(Stream::read(stream)?, previous)
+}
+
+/// `decompress_with` for a stream already parsed.
+pub fn decode_stream<T: Element>(s: Stream<'_>, previous: Option<&Arc<Codebook>>) -> Result<Decoded<T>> {
     let h = &s.header;
     if h.dtype != T::DTYPE {
         return Err(CodecError::InvalidInput(format!("stream holds {} values, not {}", h.dtype.name(), T::DTYPE.name())));

@@ -43,7 +43,7 @@ pub use grid::for_each_index;
 pub use predictor::PredictorKind;
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
-pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, start as start_threads, INLINE_BYTES};
+pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, start as start_threads};
 
 /// How the user states the error bound.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,13 +96,10 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
 /// Decompresses a stream holding elements of type `T`; returns the values and the shape.
 /// Fails with `InvalidInput` if the stream holds the other float type (see [`info`]).
 pub fn decompress<T: Element>(stream: &[u8], threads: Option<usize>) -> Result<(Vec<T>, Vec<usize>)> {
-    threads::run_sized(threads, decoded_bytes(stream), || compressor::decompress(stream))
-}
-
-/// The size a stream decodes to, from its header; an unreadable header counts as large (the
-/// decoder then reports what is wrong).
-pub(crate) fn decoded_bytes(stream: &[u8]) -> usize {
-    stream::Header::read(stream).map_or(usize::MAX, |(h, _)| h.shape.iter().fold(h.dtype.size(), |n, &d| n.saturating_mul(d)))
+    threads::check(threads)?;
+    // Parsed once, here: its header says how much work the decoding is.
+    let s = stream::Stream::read(stream)?;
+    threads::run_sized(threads, s.header.decoded_bytes(), || compressor::decode_stream(s, None).map(|(values, shape, _)| (values, shape)))
 }
 
 /// The element type of a stream, from its validated header alone (cheap: the payload is not

@@ -68,6 +68,11 @@ pub struct Header {
 }
 
 impl Header {
+    /// Bytes of the values the stream decodes to (saturating).
+    pub fn decoded_bytes(&self) -> usize {
+        self.shape.iter().fold(self.dtype.size(), |n, &d| n.saturating_mul(d))
+    }
+
     pub fn write(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(MAGIC);

@@ -12,7 +12,7 @@
 //! PSNR floor over the whole stream, kept chunk by chunk against the range seen so far (see
 //! `encode_psnr`). A relative bound needs the range of data not seen yet, so it is refused.
 
-use crate::compressor::{check_shape, decompress_with, prepare, Prepared};
+use crate::compressor::{check_shape, decode_stream, decompress_with, prepare, Prepared};
 use crate::element::Element;
 use crate::entropy::adaptive::{decide, spread, Decision, Policy};
 use crate::entropy::huffman::Codebook;
@@ -315,8 +315,10 @@ impl StreamDecoder {
     }
 
     pub fn decode<T: Element>(&mut self, record: &[u8]) -> Result<(Vec<T>, Vec<usize>)> {
+        threads::check(self.threads)?;
+        let s = crate::stream::Stream::read(record)?;
         let (values, shape, codebook) =
-            threads::run_sized(self.threads, crate::decoded_bytes(record), || decompress_with::<T>(record, self.codebook.as_ref()))?;
+            threads::run_sized(self.threads, s.header.decoded_bytes(), || decode_stream::<T>(s, self.codebook.as_ref()))?;
         self.codebook = codebook;
         Ok((values, shape))
     }

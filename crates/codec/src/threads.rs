@@ -31,7 +31,8 @@ pub fn start(threads: Option<usize>) -> Result<()> {
     threads.map_or(Ok(()), |n| pool(n).map(drop))
 }
 
-fn check(threads: Option<usize>) -> Result<()> {
+/// Refuses a thread count out of 1..=1024.
+pub(crate) fn check(threads: Option<usize>) -> Result<()> {
     match threads {
         Some(0) => Err(CodecError::InvalidInput("threads must be at least 1".into())),
         Some(n) if n > 1024 => Err(CodecError::InvalidInput(format!("threads={n} is more than 1024"))),

@@ -494,6 +494,7 @@ impl ZarrChunkDecoder {
 
     /// decode(data, shape) -> ndarray of `shape` (the chunk's spatial shape), in the field's type.
     fn decode<'py>(&self, py: Python<'py>, data: &[u8], shape: Vec<usize>) -> PyResult<Bound<'py, PyAny>> {
+        // At most 8 bytes a value: sizes the work only (`run_sized`).
         let bytes = shape.iter().product::<usize>().saturating_mul(8);
         let decoded = py.detach(|| amrzip_codec::run_sized_with_threads(None, bytes, || Ok(self.codec.decode(data, &shape))));
         match decoded.map_err(|e| PyValueError::new_err(e.to_string()))?.map_err(store_err)? {

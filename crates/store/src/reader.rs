@@ -171,6 +171,11 @@ fn nan<T: Element>(n: usize) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// Bytes of `n` whole chunks of `tiling` decoded into `T`s.
+fn chunks_bytes<T>(tiling: &Tiling, n: usize) -> usize {
+    n * tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>()
+}
+
 impl Snapshot {
     /// Opens snapshot `name` (default: the latest) of the store at `store`.
     pub fn open_in(store: &Path, name: Option<&str>) -> Result<Snapshot> {
@@ -451,8 +456,7 @@ impl Snapshot {
                 })
                 .collect::<Result<_>>()
         };
-        let bytes = wanted.len() * a.tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>();
-        let decoded = amrzip_codec::run_sized_with_threads(self.threads, bytes, || Ok(decode()))??;
+        let decoded = amrzip_codec::run_sized_with_threads(self.threads, chunks_bytes::<T>(&a.tiling, wanted.len()), || Ok(decode()))??;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for (k, values) in missing.into_iter().zip(decoded) {
             let values = values.map(Arc::new);
@@ -559,8 +563,7 @@ impl Snapshot {
                 })
                 .collect()
         };
-        let bytes = indices.len() * a.tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>();
-        amrzip_codec::run_sized_with_threads(self.threads, bytes, || Ok(work()))?
+        amrzip_codec::run_sized_with_threads(self.threads, chunks_bytes::<T>(&a.tiling, indices.len()), || Ok(work()))?
     }
 
     /// The chunks of a field that `level`'s boxes touch, each once, in the order the boxes first
@@ -768,7 +771,7 @@ impl Snapshot {
         for l in level..last {
             let a = self.field_array(l, field)?;
             let indices = self.box_chunks(l, &a);
-            let size = indices.len() * a.tiling.chunk.iter().product::<usize>() * std::mem::size_of::<T>();
+            let size = chunks_bytes::<T>(&a.tiling, indices.len());
             if size > budget {
                 return Ok(());
             }
