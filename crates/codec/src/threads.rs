@@ -40,9 +40,18 @@ pub(crate) fn check(threads: Option<usize>) -> Result<()> {
     }
 }
 
-/// `None` runs on rayon's global pool (all cores); `Some(n)` on a pool of exactly `n` threads.
+/// `None` runs on rayon's global pool (all cores); `Some(n)` on a pool of exactly `n` threads,
+/// `Some(1)` on the calling thread itself where it can (see `run_sized`): one thread gains
+/// nothing from a pool but the cost of handing it the work.
 pub fn run_with<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     check(threads)?;
+    if threads == Some(1) {
+        return alone(threads, work);
+    }
+    pooled(threads, work)
+}
+
+fn pooled<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     match threads {
         None if INLINE.with(|p| p.get().is_some()) && !IN_INLINE.get() => {
             // This thread belongs to its inline pool now (see `run_sized`), where rayon would
@@ -75,8 +84,17 @@ thread_local! {
 /// any number of threads.
 pub fn run_sized<R: Send>(threads: Option<usize>, bytes: usize, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     check(threads)?;
-    if bytes > INLINE_BYTES || IN_INLINE.get() {
-        return run_with(threads, work);
+    if bytes > INLINE_BYTES && threads != Some(1) {
+        return pooled(threads, work);
+    }
+    alone(threads, work)
+}
+
+/// Runs `work` on the calling thread as the only thread of its inline pool; work nested in
+/// such work stays there, and a thread of another pool hands it to `threads`' pool.
+fn alone<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    if IN_INLINE.get() {
+        return work();
     }
     let inline = INLINE.with(|p| {
         p.get_or_init(|| {
@@ -89,7 +107,7 @@ pub fn run_sized<R: Send>(threads: Option<usize>, bytes: usize, work: impl FnOnc
         .is_some()
     });
     if !inline {
-        return run_with(threads, work);
+        return pooled(threads, work);
     }
     IN_INLINE.set(true);
     let _reset = Reset;
@@ -147,6 +165,10 @@ mod tests {
                 let (on, n) = run_sized(threads, INLINE_BYTES, || Ok((std::thread::current().id(), rayon::current_num_threads()))).unwrap();
                 assert_eq!((on, n), (caller, 1));
             }
+            // One thread asked for: here too, however large the work.
+            let (on, n) = run_with(Some(1), || Ok((std::thread::current().id(), rayon::current_num_threads()))).unwrap();
+            assert_eq!((on, n), (caller, 1));
+            assert_eq!(run_sized(Some(1), usize::MAX, || Ok(std::thread::current().id())).unwrap(), caller);
             // Large, and plain `run_with`, after this thread became an inline pool's thread.
             assert_eq!(run_sized(None, INLINE_BYTES + 1, || Ok(rayon::current_num_threads())).unwrap(), global);
             assert_eq!(run_with(None, || Ok(rayon::current_num_threads())).unwrap(), global);
