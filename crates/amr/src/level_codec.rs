@@ -73,19 +73,32 @@ pub fn compress_level<T: Element>(
         }
     }
     let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, false)?;
-    // The encoder rebuilt each block as a decoder will; summed chunk by chunk in lattice order,
-    // so the result does not depend on threads.
-    let error = sets.iter().map(PredictedSet::error).try_fold((0.0, 0), |(s, n), e| e.map(|(a, b)| (s + a, n + b)));
-    Ok(LevelStreams {
-        codebooks: codebooks.iter().map(SharedCodebook::to_bytes).collect(),
-        predictor: encoder.predictor_name(),
-        choice: encoder.choice(),
-        chunks: indices.into_iter().zip(bytes).collect(),
-        blocks: counts.blocks,
-        partial_blocks: counts.partial,
-        stored_cells: counts.stored,
-        error,
-    })
+    Ok(LevelStreams::of(&encoder, &sets, &codebooks, indices.into_iter().zip(bytes).collect(), &counts))
+}
+
+impl LevelStreams {
+    /// The streams of `sets` (chunk by chunk in lattice order) coded into `chunks` with
+    /// `codebooks` by `encoder`.
+    fn of<T: Element>(
+        encoder: &BlockSetEncoder,
+        sets: &[PredictedSet<T>],
+        codebooks: &[SharedCodebook],
+        chunks: Vec<(Vec<i64>, Vec<u8>)>,
+        counts: &BlockCounts,
+    ) -> LevelStreams {
+        LevelStreams {
+            codebooks: codebooks.iter().map(SharedCodebook::to_bytes).collect(),
+            predictor: encoder.predictor_name(),
+            choice: encoder.choice(),
+            chunks,
+            blocks: counts.blocks,
+            partial_blocks: counts.partial,
+            stored_cells: counts.stored,
+            // The encoder rebuilt each block as a decoder will; summed chunk by chunk in
+            // lattice order, so the result does not depend on threads.
+            error: sets.iter().map(PredictedSet::error).try_fold((0.0, 0), |(s, n), e| e.map(|(a, b)| (s + a, n + b))),
+        }
+    }
 }
 
 /// How many blocks, partial blocks and stored cells.
@@ -156,12 +169,29 @@ fn encode_sets<T: Element>(
     Ok((codebooks, bytes.into_iter().flatten().collect()))
 }
 
-/// The bytes (chunks and codebooks) `compress_level` stores for `boxes` with the unit block of
-/// `tiling` and each chunk shape of `chunk_shapes`: the layout trials of a write. Every block is
-/// predicted once, with `choice` or the predictor chosen over the blocks in `tiling`'s chunk
-/// order, and then grouped into each shape's chunks. Returns the sizes and the choice.
+/// What a layout trial keeps of each chunk shape's coding.
+#[derive(Clone, Copy)]
+pub enum Keep {
+    /// Its size alone, coded with the table-driven coder only (enough to compare layouts).
+    Size,
+    /// The streams `compress_level` would give with this `measure` and `first_table`, so that
+    /// the chosen layout need not be coded again when the trial took every box.
+    Streams { measure: bool, first_table: u32 },
+}
+
+/// One chunk shape's trial: the bytes stored (chunks and codebooks), and with `Keep::Streams`
+/// the streams themselves.
+pub struct Trial {
+    pub size: usize,
+    pub streams: Option<LevelStreams>,
+}
+
+/// The layout trials of a write: `boxes` coded with the unit block of `tiling` and each chunk
+/// shape of `chunk_shapes`. Every block is predicted once, with `choice` or the predictor
+/// chosen over the blocks in `tiling`'s chunk order, and then grouped into each shape's chunks.
+/// Returns the trials and the choice.
 #[allow(clippy::too_many_arguments)]
-pub fn trial_sizes<T: Element>(
+pub fn trial_layouts<T: Element>(
     boxes: &[BoxView<T>],
     tiling: &Tiling,
     chunk_shapes: &[Vec<usize>],
@@ -170,53 +200,74 @@ pub fn trial_sizes<T: Element>(
     adaptive_block: bool,
     shared: bool,
     choice: Option<&Choice>,
-) -> Result<(Vec<usize>, Choice)> {
+    keep: Keep,
+) -> Result<(Vec<Trial>, Choice)> {
     let tilings: Vec<Tiling> = chunk_shapes
         .iter()
         .map(|c| Tiling::new(tiling.origin.clone(), tiling.unit.clone(), c.clone()))
         .collect::<std::result::Result<_, _>>()
         .map_err(invalid)?;
     let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
-    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice)?;
-    // (lattice index, prediction) of every block, gathered chunk by chunk.
-    let predicted: Vec<Vec<(Vec<i64>, PredictedBlock<T>)>> = plan
+    let (measure, first_table) = match keep {
+        Keep::Size => (false, 0),
+        Keep::Streams { measure, first_table } => (measure, first_table),
+    };
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
+    // (lattice index, prediction) of every block, gathered chunk by chunk, and their counts.
+    type Chunk<T> = (Vec<(Vec<i64>, PredictedBlock<T>)>, BlockCounts);
+    let predicted: Vec<Chunk<T>> = plan
         .chunks()
         .par_iter()
         .enumerate()
         .map(|(k, (c, _))| {
-            plan.gather(k).par_iter().map(|b| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p))).collect()
+            let blocks = plan.gather(k);
+            let p =
+                blocks.par_iter().map(|b| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p))).collect::<Result<_>>()?;
+            Ok((p, BlockCounts::of(&blocks)))
         })
         .collect::<Result<_>>()?;
-    let (lattice, predicted): (Vec<Vec<i64>>, Vec<PredictedBlock<T>>) = predicted.into_iter().flatten().unzip();
-    // Each shape's sets take the predictions and give them back once coded.
-    let mut slots: Vec<Option<PredictedBlock<T>>> = predicted.into_iter().map(Some).collect();
-    let mut sizes = Vec::with_capacity(tilings.len());
+    let mut counts = BlockCounts::default();
+    let mut lattice = Vec::new();
+    let mut slots: Vec<Option<PredictedBlock<T>>> = Vec::new();
+    for (p, c) in predicted {
+        counts.add(&c);
+        for (at, block) in p {
+            lattice.push(at);
+            slots.push(Some(block));
+        }
+    }
+    // Each shape's sets take the predictions (`slots`) and give them back once coded.
+    let mut trials = Vec::with_capacity(tilings.len());
     for t in &tilings {
         let mut grouped: BTreeMap<Vec<i64>, Vec<(u64, usize)>> = BTreeMap::new();
         for (i, block) in lattice.iter().enumerate() {
             let (chunk, position) = t.chunk_position(block);
             grouped.entry(chunk).or_default().push((position, i));
         }
-        let members: Vec<Vec<(u64, usize)>> = grouped
-            .into_values()
-            .map(|mut m| {
-                m.sort_by_key(|&(position, _)| position);
-                m
-            })
-            .collect();
+        // Per chunk, in lattice order: its index and its blocks' (position, slot), by position.
+        let mut indices = Vec::with_capacity(grouped.len());
+        let mut members: Vec<Vec<(u64, usize)>> = Vec::with_capacity(grouped.len());
+        for (idx, mut m) in grouped {
+            m.sort_by_key(|&(position, _)| position);
+            indices.push(idx);
+            members.push(m);
+        }
         let sets: Vec<PredictedSet<T>> = members
             .iter()
             .map(|m| encoder.set(m.iter().map(|&(position, i)| slots[i].take().expect("a block in one set").at(position)).collect()))
             .collect::<Result<_>>()?;
-        let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, 0, true)?;
-        sizes.push(bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>());
+        let kept = matches!(keep, Keep::Streams { .. });
+        let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, !kept)?;
+        let size = bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>();
+        let streams = kept.then(|| LevelStreams::of(&encoder, &sets, &codebooks, indices.into_iter().zip(bytes).collect(), &counts));
+        trials.push(Trial { size, streams });
         for (set, m) in sets.into_iter().zip(&members) {
             for (b, &(_, i)) in set.into_blocks().into_iter().zip(m) {
                 slots[i] = Some(b);
             }
         }
     }
-    Ok((sizes, encoder.choice()))
+    Ok((trials, encoder.choice()))
 }
 
 /// Decodes `chunks` ((chunk index, bytes), those a region touches) into a C-order array over
@@ -384,6 +435,39 @@ mod tests {
             let one: Vec<(Vec<i64>, &[u8])> = chunks.iter().filter(|(i, _)| i == &vec![1, 0, 0]).cloned().collect();
             let part: Vec<f64> = decode_region(&one, &books, &tiling, eb, &[20, 2, 3], &[25, 9, 9]).unwrap();
             assert!(part.iter().all(|v| v.is_finite()));
+        }
+    }
+
+    #[test]
+    fn kept_trials_are_the_streams_the_level_codes_to() {
+        // A level of two boxes, the second partly outside the first's unit blocks.
+        let f = |i: i64, j: i64| ((i as f64) * 0.3).sin() * 40.0 + ((j as f64) * 0.17).cos() * 15.0;
+        let make =
+            |lo: [i64; 2], hi: [i64; 2]| -> Vec<f64> { (lo[0]..=hi[0]).flat_map(|i| (lo[1]..=hi[1]).map(move |j| f(i, j))).collect() };
+        let a = make([0, 0], [31, 47]);
+        let b = make([32, 8], [47, 39]);
+        let boxes = vec![
+            BoxView { lo: vec![0, 0], hi: vec![31, 47], data: &a, layout: Layout::C, stored: None, ghost: vec![] },
+            BoxView { lo: vec![32, 8], hi: vec![47, 39], data: &b, layout: Layout::C, stored: None, ghost: vec![] },
+        ];
+        let mut config = Config::new(ErrorBound::Absolute(1e-3));
+        config.preset = amrzip_codec::Preset::Speed;
+        let shapes = [vec![16, 16], vec![32, 32]];
+        let tiling = Tiling::new(vec![0, 0], vec![8, 8], shapes[0].clone()).unwrap();
+        for measure in [false, true] {
+            let keep = Keep::Streams { measure, first_table: 3 };
+            let (trials, _) = trial_layouts(&boxes, &tiling, &shapes, &config, 1e-3, true, true, None, keep).unwrap();
+            let (sizes, _) = trial_layouts(&boxes, &tiling, &shapes, &config, 1e-3, true, true, None, Keep::Size).unwrap();
+            for ((trial, sized), shape) in trials.into_iter().zip(sizes).zip(&shapes) {
+                let t = Tiling::new(vec![0, 0], vec![8, 8], shape.clone()).unwrap();
+                let level = compress_level(&boxes, &t, &config, 1e-3, true, true, measure, 3, None).unwrap();
+                let kept = trial.streams.expect("kept streams");
+                assert_eq!((&kept.chunks, &kept.codebooks, kept.error), (&level.chunks, &level.codebooks, level.error));
+                assert_eq!((kept.blocks, kept.partial_blocks, kept.stored_cells), (level.blocks, level.partial_blocks, level.stored_cells));
+                let stored = level.chunks.iter().map(|(_, c)| c.len()).sum::<usize>() + level.codebooks.iter().map(Vec::len).sum::<usize>();
+                assert_eq!((trial.size, sized.size), (stored, stored));
+                assert!(sized.streams.is_none());
+            }
         }
     }
 }

@@ -40,6 +40,17 @@ pub const TRIAL_RUNS: usize = 8;
 /// of a field's ratio).
 pub const SPEED_TRIAL_CELLS: usize = 1 << 17;
 
+/// The sample budget of a level of `total` cells. The speed preset's trials on every box keep
+/// their streams (the level is then coded once, by its trials), so a level less than twice
+/// its budget is sampled whole: that costs less than a sample and a second coding.
+pub fn trial_budget(speed: bool, total: usize) -> usize {
+    match speed {
+        false => TRIAL_CELLS,
+        true if total <= 2 * SPEED_TRIAL_CELLS => total.max(1),
+        true => SPEED_TRIAL_CELLS,
+    }
+}
+
 /// The speed preset does not try a unit block whose blocks would be less than this share
 /// stored (the blocking factor's unit is always tried): a walk costs every cell of a block,
 /// absent ones included, so such a trial costs more than twice the cells it codes, and on

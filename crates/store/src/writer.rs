@@ -16,7 +16,7 @@ use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_V
 use crate::shard;
 use crate::store::Store;
 use amrzip_amr::boxes::{stored_mask, Coverage};
-use amrzip_amr::{BoxView, ChunkPlan, IBox, Layout, LevelStreams, Tiling};
+use amrzip_amr::{BoxView, ChunkPlan, IBox, Keep, Layout, LevelStreams, Tiling};
 use amrzip_codec::blockset::Choice;
 use amrzip_codec::{Config, DType, Element, ErrorBound, PredictorKind, Preset};
 use rayon::prelude::*;
@@ -234,9 +234,19 @@ struct Coded {
     offset: f64,
 }
 
+/// A field's layout trials, and with `keep` the streams of each layout (unit, chunk edge).
+struct FieldTrials {
+    sizes: chunking::Trials,
+    kept: BTreeMap<(usize, usize), LevelStreams>,
+}
+
 /// Measures the candidate layouts of a field on a sample of its boxes, choosing the predictor
 /// once, at the first trial. (The final coding chooses again, on all the boxes: a choice made
-/// on the sample cost 2.6% of the Nyx-like density's ratio at 1e-4.)
+/// on the sample cost 2.6% of the Nyx-like density's ratio at 1e-4.) With `keep` (a sample of
+/// every box, in the speed preset, whose one predictor needs no choosing), the trials keep
+/// their streams, numbering their tables from `keep`: the chosen layout's are then the
+/// field's, not coded a second time.
+#[allow(clippy::too_many_arguments)]
 fn field_trials<T: Element>(
     boxes: &[BoxView<T>],
     sample: &[usize],
@@ -245,18 +255,33 @@ fn field_trials<T: Element>(
     cfg: &Config,
     eb: f64,
     o: &WriteOptions,
-) -> Result<chunking::Trials> {
+    keep: Option<u32>,
+) -> Result<FieldTrials> {
     let mut choice: Option<Choice> = None;
     let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
     let dim = origin.len();
-    chunking::trials(candidates, |u, edges| {
+    let mut kept = BTreeMap::new();
+    let how = keep.map_or(Keep::Size, |first_table| Keep::Streams { measure: o.conserve_mean, first_table });
+    let sizes = chunking::trials(candidates, |u, edges| {
         let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![edges[0]; dim]).map_err(|e| invalid!("{e}"))?;
         let shapes: Vec<Vec<usize>> = edges.iter().map(|&c| vec![c; dim]).collect();
-        let (sizes, chosen) =
-            amrzip_amr::trial_sizes(&picked, &tiling, &shapes, cfg, eb, o.adaptive_block, o.shared_tables, choice.as_ref())?;
+        let (trials, chosen) =
+            amrzip_amr::trial_layouts(&picked, &tiling, &shapes, cfg, eb, o.adaptive_block, o.shared_tables, choice.as_ref(), how)?;
         choice = Some(chosen);
-        Ok(sizes)
-    })
+        Ok::<_, Error>(
+            trials
+                .into_iter()
+                .zip(edges)
+                .map(|(t, &c)| {
+                    if let Some(s) = t.streams {
+                        kept.insert((u, c), s);
+                    }
+                    t.size
+                })
+                .collect(),
+        )
+    })?;
+    Ok(FieldTrials { sizes, kept })
 }
 
 /// The speed preset's candidates: those whose unit blocks would be at least
@@ -287,7 +312,7 @@ fn reborrow<'a, T>(b: &BoxView<'a, T>) -> BoxView<'a, T> {
 
 /// Compresses a field with unit `unit` and chunk edge `edge`, keeping its mean if asked (the
 /// predictor chosen at the first pass serves the others); its chunks number their tables from
-/// `first_table`.
+/// `first_table`. `kept`: the first pass's streams, when a layout trial coded them.
 #[allow(clippy::too_many_arguments)]
 fn compress_field<T: Element>(
     boxes: &[BoxView<T>],
@@ -298,14 +323,20 @@ fn compress_field<T: Element>(
     eb: f64,
     o: &WriteOptions,
     first_table: usize,
+    mut kept: Option<LevelStreams>,
 ) -> Result<Coded> {
     let dim = origin.len();
     let tiling = Tiling::new(origin.to_vec(), vec![unit; dim], vec![edge; dim]).map_err(|e| invalid!("{e}"))?;
     let mut choice: Option<Choice> = None;
     let mut compress = |eb: f64, measure: bool| -> Result<LevelStreams> {
         let first = u32::try_from(first_table).map_err(|_| invalid!("too many shared tables"))?;
-        let streams =
-            amrzip_amr::compress_level(boxes, &tiling, cfg, eb, o.adaptive_block, o.shared_tables, measure, first, choice.as_ref())?;
+        // `kept` is this first pass's coding, done by the layout trials.
+        let streams = match kept.take() {
+            Some(s) => s,
+            None => {
+                amrzip_amr::compress_level(boxes, &tiling, cfg, eb, o.adaptive_block, o.shared_tables, measure, first, choice.as_ref())?
+            }
+        };
         choice = Some(streams.choice.clone());
         Ok(streams)
     };
@@ -461,11 +492,9 @@ pub fn write_snapshot(
             .map(|b| Config { bound: ErrorBound::Absolute(b.abs), preset: options.preset, threads, predictor: options.predictor })
             .collect();
         let cells: Vec<usize> = lev.boxes.iter().map(|b| b.cells().unwrap_or(usize::MAX)).collect();
-        let sample = chunking::trial_sample(
-            &cells,
-            if options.preset == Preset::Speed { chunking::SPEED_TRIAL_CELLS } else { chunking::TRIAL_CELLS },
-        );
-        if options.preset == Preset::Speed && candidates.len() > 1 && !lev.boxes.is_empty() && nf > 0 {
+        let speed = options.preset == Preset::Speed;
+        let sample = chunking::trial_sample(&cells, chunking::trial_budget(speed, cells.iter().sum()));
+        if speed && candidates.len() > 1 && !lev.boxes.is_empty() && nf > 0 {
             // Once per level, on the first field's boxes (the stored cells are the level's).
             with_views(l, 0, &mut |views| {
                 candidates = match views {
@@ -479,14 +508,21 @@ pub fn write_snapshot(
         // Every field measures the candidates on the sample; the level takes one chunk edge for
         // all, each field its unit.
         let mut trials = Vec::with_capacity(nf);
+        let mut kept = Vec::with_capacity(nf);
         if measured {
             for (f, cfg) in cfgs.iter().enumerate() {
                 let eb = meta.bounds[f].abs;
+                // In the speed preset (one predictor), trials on every box code the level as
+                // the final pass would: they keep their streams. With shared tables each field
+                // stores one, so field f's is table f.
+                let keep = (speed && sample.len() == lev.boxes.len() && options.shared_tables).then_some(f as u32);
                 with_views(l, f, &mut |views| {
-                    trials.push(match views {
-                        Views::F32(v) => on_pool(threads, || field_trials(v, &sample, &origin, &candidates, cfg, eb, options)),
-                        Views::F64(v) => on_pool(threads, || field_trials(v, &sample, &origin, &candidates, cfg, eb, options)),
-                    }?);
+                    let t = match views {
+                        Views::F32(v) => on_pool(threads, || field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep)),
+                        Views::F64(v) => on_pool(threads, || field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep)),
+                    }?;
+                    trials.push(t.sizes);
+                    kept.push(t.kept);
                     Ok(())
                 })?;
             }
@@ -512,9 +548,10 @@ pub fn write_snapshot(
                 let unit = if measured { chunking::choose_unit(&trials[f], edge) } else { candidates[0].0 };
                 let eb = meta.bounds[f].abs;
                 let first: usize = coded.iter().map(|c: &Coded| c.streams.codebooks.len()).sum();
+                let streams = kept.get_mut(f).and_then(|k| k.remove(&(unit, edge))).filter(|_| first == f);
                 coded.push(match views {
-                    Views::F32(v) => on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first))?,
-                    Views::F64(v) => on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first))?,
+                    Views::F32(v) => on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams))?,
+                    Views::F64(v) => on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams))?,
                 });
                 Ok(())
             })?;
