@@ -890,16 +890,22 @@ fn with_absent(kind: BlockKind, side: &[u8], mask: &[bool], unit: &[usize], q: &
         BlockKind::Fitted { .. } => mask.iter().enumerate().filter(|(_, &m)| !m).map(|(k, _)| k).collect(),
         BlockKind::Kind(kind) => predictor::absent_in_walk(&predictor::from_side(kind, side)?, unit, mask, q),
     };
+    // The stored cells' symbols run by run between the absent cells (listed in cell order).
     let mut full = Vec::with_capacity(mask.len());
-    let mut next = coded.iter();
-    let mut absent = absent.iter().peekable();
-    for k in 0..mask.len() {
-        if absent.next_if_eq(&&k).is_some() {
-            full.push(q.zero_symbol());
-        } else {
-            full.push(*next.next().ok_or_else(|| corrupt!("partial block has fewer symbols than stored cells"))?);
-        }
+    let mut next = 0;
+    let mut take = |full: &mut Vec<u16>, n: usize| -> Result<()> {
+        let run = coded.get(next..next + n).ok_or_else(|| corrupt!("partial block has fewer symbols than stored cells"))?;
+        full.extend_from_slice(run);
+        next += n;
+        Ok(())
+    };
+    for &a in absent.iter().filter(|&&a| a < mask.len()) {
+        let before = a.checked_sub(full.len()).ok_or_else(|| corrupt!("absent cells out of order"))?;
+        take(&mut full, before)?;
+        full.push(q.zero_symbol());
     }
+    let rest = mask.len() - full.len();
+    take(&mut full, rest)?;
     Ok(full)
 }
 

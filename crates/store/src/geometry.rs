@@ -121,9 +121,11 @@ impl LevelGeometry {
                 for_each_cell(&IBox::new(lo.clone(), hi.clone()), |c| {
                     let o = chunk_box.offset_c(c);
                     let cells = &mask[o..o + row];
-                    stored |= cells.contains(&true);
+                    // One counting pass (it vectorizes; `contains` and `all` went byte by byte).
+                    let count: usize = cells.iter().map(|&c| c as usize).sum();
+                    stored |= count > 0;
                     same &= match decoded.and_then(|d| d.mask.as_ref()) {
-                        None => cells.iter().all(|&c| c),
+                        None => count == row,
                         Some(m) => m.get(at..at + row) == Some(cells),
                     };
                     at += row;
