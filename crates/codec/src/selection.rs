@@ -59,11 +59,7 @@ fn candidates(config: &Config, ndim: usize, lossless: bool) -> Vec<Predictor> {
 /// Sample boxes: the whole array when it is small, else boxes on a regular lattice.
 fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
     let n = num_elements(shape);
-    // Edges of 2^k + 1 put a box's last point on its coarsest lattice, so the sample measures
-    // interpolation inside the data and not the one-sided predictions of its artificial faces,
-    // which would otherwise dominate at loose bounds and favour the wrong spline.
-    let edge = (1usize << (box_elements.trailing_zeros() as usize / shape.len())) + 1;
-    let extent: Vec<usize> = shape.iter().map(|&s| s.min(edge)).collect();
+    let extent = box_extent(shape, box_elements);
     let per_box = num_elements(&extent);
     // At most a quarter of a small array: every candidate is a trial compression of the
     // sample, and on a 64^3 chunk whole-array trials made choosing cost 9 compressions.
@@ -71,20 +67,33 @@ fn sample_boxes(shape: &[usize], box_elements: usize) -> Vec<ChunkBox> {
     if wanted * 2 >= n {
         return vec![ChunkBox { origin: vec![0; shape.len()], shape: shape.to_vec() }];
     }
-    let count = wanted.div_ceil(per_box);
-    // Spread boxes along a low-discrepancy sequence per dimension (golden-ratio steps).
+    spread_boxes(shape, &extent, wanted.div_ceil(per_box))
+}
+
+/// The extent of sample boxes of about `box_elements` in an array of `shape`. Edges of 2^k + 1
+/// put a box's last point on its coarsest lattice, so the sample measures interpolation inside
+/// the data and not the one-sided predictions of its artificial faces, which would otherwise
+/// dominate at loose bounds and favour the wrong spline.
+fn box_extent(shape: &[usize], box_elements: usize) -> Vec<usize> {
+    let edge = (1usize << (box_elements.trailing_zeros() as usize / shape.len())) + 1;
+    shape.iter().map(|&s| s.min(edge)).collect()
+}
+
+/// `count` boxes of `extent` in an array of `shape`, spread along a low-discrepancy sequence
+/// per dimension (golden-ratio steps).
+fn spread_boxes(shape: &[usize], extent: &[usize], count: usize) -> Vec<ChunkBox> {
     (0..count)
         .map(|k| {
             let origin = shape
                 .iter()
-                .zip(&extent)
+                .zip(extent)
                 .enumerate()
                 .map(|(d, (&s, &e))| {
                     let phi = [0.618_033_988_7, 0.754_877_666_2, 0.569_840_290_9, 0.724_491_959_0][d];
                     (((k as f64 + 0.5) * phi).fract() * (s - e + 1) as f64) as usize
                 })
                 .collect();
-            ChunkBox { origin, shape: extent.clone() }
+            ChunkBox { origin, shape: extent.to_vec() }
         })
         .collect()
 }
@@ -149,12 +158,48 @@ impl<T: Element> Trials<'_, T> {
     }
 }
 
+/// The speed preset's check of Lorenzo against its interpolation: sample boxes of this many
+/// elements, about `SPEED_SAMPLE_SHARE` of the array within these limits (a few percent of a
+/// 32^3 array's work, a fraction of a percent of a large one's), and the share of
+/// interpolation's size Lorenzo must code the sample in to be used: it decodes at about half
+/// interpolation's speed, so it must be clearly smaller.
+const SPEED_BOX_ELEMENTS: usize = 1 << 12;
+const SPEED_SAMPLE_SHARE: usize = 64;
+const SPEED_SAMPLE_MAX: usize = 1 << 14;
+const SPEED_LORENZO_GAIN: f64 = 0.8;
+
+/// The speed preset's predictor: its interpolation, unless Lorenzo codes a small sample much
+/// smaller. On some real fields (PeleLMeX species mass fractions at tight bounds) Lorenzo codes
+/// the array 25 times smaller, which a sampling-free preset could never see.
+fn choose_speed<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, interpolation: Predictor) -> Predictor {
+    let n = num_elements(shape);
+    if n < 2 * SPEED_BOX_ELEMENTS {
+        return interpolation;
+    }
+    let wanted = (n / SPEED_SAMPLE_SHARE).clamp(SPEED_BOX_ELEMENTS, SPEED_SAMPLE_MAX);
+    let extent = box_extent(shape, SPEED_BOX_ELEMENTS);
+    let boxes: Vec<ChunkBox> = spread_boxes(shape, &extent, wanted.div_ceil(num_elements(&extent)));
+    let samples: Vec<(Vec<T>, Vec<usize>)> =
+        boxes.iter().map(|b| (nonfinite::fill(&gather(data, shape, b)).0.into_owned(), b.shape.clone())).collect();
+    let [interp, lorenzo] = [interpolation, Predictor::Lorenzo].map(|p| estimate(&p, &samples, q, Preset::Speed, false) as f64);
+    if lorenzo < SPEED_LORENZO_GAIN * interp {
+        Predictor::Lorenzo
+    } else {
+        interpolation
+    }
+}
+
 /// The predictor for a whole array: first the predictor family and dimension order, then, for
 /// interpolation, the spline and the level-wise bounds.
 pub fn choose<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Config) -> Predictor {
     let cands = candidates(config, shape.len(), q.eb() == 0.0);
     if cands.len() == 1 {
-        return cands[0];
+        return match cands[0] {
+            p @ Predictor::Interpolation(_) if config.preset == Preset::Speed && config.predictor.is_none() && q.eb() > 0.0 => {
+                choose_speed(data, shape, q, p)
+            }
+            p => p,
+        };
     }
     let samples = |box_elements| -> Vec<(Vec<T>, Vec<usize>)> {
         sample_boxes(shape, box_elements)
@@ -279,4 +324,48 @@ pub fn probe<T: Element>(data: &[T], shape: &[usize], q: &Quantizer, config: &Co
     let best = trials.cheapest(&[vec![*current], others].concat());
     let cost = |p: &Predictor| trials.seen.iter().find(|(s, _)| s == p).map_or(usize::MAX, |&(_, c)| c);
     (cost(&best) as f64) < PROBE_MARGIN * cost(current) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quantizer::DEFAULT_RADIUS;
+    use crate::{ErrorBound, PredictorKind};
+
+    #[test]
+    fn speed_takes_lorenzo_only_where_it_codes_much_smaller() {
+        let shape = [40usize, 40, 40];
+        let n = num_elements(&shape);
+        // A Brownian sheet: noise summed along every axis, which 3-D Lorenzo undoes exactly
+        // while interpolation, predicting from afar, sees the sums' random walks.
+        let mut next = crate::test_rng::xorshift(3);
+        let mut sheet: Vec<f64> = (0..n).map(|_| (next() % 2001) as f64 / 1000.0 - 1.0).collect();
+        for stride in [1, 40, 1600] {
+            for i in 0..n {
+                if (i / stride) % 40 > 0 {
+                    sheet[i] += sheet[i - stride];
+                }
+            }
+        }
+        // Smooth along every axis, and not a sum of functions of fewer coordinates (which
+        // Lorenzo predicts exactly): interpolation's field.
+        let smooth: Vec<f64> = (0..n)
+            .map(|i| {
+                let (z, y, x) = ((i / 1600) as f64, (i / 40 % 40) as f64, (i % 40) as f64);
+                (0.3 * x + 0.2 * y).sin() * (0.25 * z - 0.1 * x).cos() * 50.0 + 1000.0
+            })
+            .collect();
+        let eb = 0.01;
+        let q = Quantizer::new(eb, DEFAULT_RADIUS);
+        let speed = Config { preset: Preset::Speed, ..Config::new(ErrorBound::Absolute(eb)) };
+        assert_eq!(choose(&sheet, &shape, &q, &speed), Predictor::Lorenzo);
+        assert!(matches!(choose(&smooth, &shape, &q, &speed), Predictor::Interpolation(_)));
+        // End to end, the choice codes the sheet much smaller than interpolation would.
+        let chosen = crate::compress(&sheet, &shape, &speed).unwrap().len();
+        let interpolated =
+            crate::compress(&sheet, &shape, &Config { predictor: Some(PredictorKind::Interpolation), ..speed }).unwrap().len();
+        assert!((chosen as f64) < SPEED_LORENZO_GAIN * interpolated as f64, "{chosen} vs {interpolated}");
+        let (back, _) = crate::decompress::<f64>(&crate::compress(&sheet, &shape, &speed).unwrap(), Some(1)).unwrap();
+        assert!(back.iter().zip(&sheet).all(|(a, b)| (a - b).abs() <= eb));
+    }
 }
