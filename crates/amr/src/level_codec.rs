@@ -51,7 +51,7 @@ pub fn compress_level<T: Element>(
     choice: Option<&Choice>,
 ) -> Result<LevelStreams> {
     let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
-    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, true)?.measuring(measure);
     // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes wait for
     // the shared tables.
     let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = (0..plan.chunks().len())
@@ -101,6 +101,13 @@ impl LevelStreams {
     }
 }
 
+/// The predictor choice for the stored cells of `boxes` cut by `tiling`'s unit blocks, made on
+/// blocks spread over all of them, as `compress_level` makes it (see there for the arguments).
+pub fn choose_predictor<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling, config: &Config, eb: f64, adaptive_block: bool) -> Result<Choice> {
+    let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
+    Ok(encoder(&plan, tiling, config, eb, adaptive_block, None, false)?.choice())
+}
+
 /// How many blocks, partial blocks and stored cells.
 #[derive(Default)]
 struct BlockCounts {
@@ -126,7 +133,9 @@ impl BlockCounts {
 }
 
 /// The encoder of the blocks of `plan` with `choice`, or choosing the predictor on them: the
-/// chunks' masks are gathered to see which blocks there are, the values of those sampled.
+/// chunks' masks are gathered to see which blocks there are, the values of those sampled. With
+/// `retune`, a choice made on unit blocks of another shape has its interpolation settings tuned
+/// again on these (see `BlockSetEncoder::choose`).
 fn encoder<T: Element>(
     plan: &ChunkPlan<T>,
     tiling: &Tiling,
@@ -134,10 +143,12 @@ fn encoder<T: Element>(
     eb: f64,
     adaptive_block: bool,
     choice: Option<&Choice>,
+    retune: bool,
 ) -> Result<BlockSetEncoder> {
-    if let Some(c) = choice {
-        return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block);
-    }
+    let made = match choice {
+        Some(c) if !retune || c.unit() == &tiling.unit[..] => return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block),
+        c => c,
+    };
     let per_chunk: Vec<Vec<BlockInfo>> = (0..plan.chunks().len()).into_par_iter().map(|k| plan.block_info(k)).collect();
     // The chunk and the index in it of every block, in block order.
     let at: Vec<(usize, usize)> = per_chunk.iter().enumerate().flat_map(|(k, c)| (0..c.len()).map(move |i| (k, i))).collect();
@@ -148,7 +159,7 @@ fn encoder<T: Element>(
             chunks.into_par_iter().map(|k| (k, plan.gather(k).into_iter().map(Some).collect())).collect();
         picked.iter().filter_map(|&i| gathered.get_mut(&at[i].0).and_then(|c| c[at[i].1].take())).collect()
     };
-    BlockSetEncoder::choose(&info, fetch, &tiling.unit, config, eb, adaptive_block)
+    BlockSetEncoder::choose(&info, fetch, &tiling.unit, config, eb, adaptive_block, made)
 }
 
 /// Entropy-codes predicted sets: one codebook for all of them (shared lossless encoding) or,
@@ -212,7 +223,7 @@ pub fn trial_layouts<T: Element>(
         Keep::Size => (false, 0),
         Keep::Streams { measure, first_table } => (measure, first_table),
     };
-    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice)?.measuring(measure);
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, false)?.measuring(measure);
     // (lattice index, prediction) of every block, gathered chunk by chunk, and their counts.
     type Chunk<T> = (Vec<(Vec<i64>, PredictedBlock<T>)>, BlockCounts);
     let predicted: Vec<Chunk<T>> = plan

@@ -222,6 +222,15 @@ pub fn regression_block(ndim: usize, unit_edge: usize, adaptive: bool) -> usize 
 pub struct Choice {
     predictor: Predictor,
     weights: Option<Weights>,
+    /// The unit block shape it was made on.
+    unit: Vec<usize>,
+}
+
+impl Choice {
+    /// The unit block shape the choice was made on.
+    pub fn unit(&self) -> &[usize] {
+        &self.unit
+    }
 }
 
 impl BlockSetEncoder {
@@ -238,12 +247,14 @@ impl BlockSetEncoder {
     ) -> Result<BlockSetEncoder> {
         let n = unit.iter().product::<usize>();
         let info: Vec<BlockInfo> = sample.iter().map(|b| BlockInfo::of(b, n)).collect();
-        BlockSetEncoder::choose(&info, |picked| picked.iter().map(|&i| sample[i]).collect(), unit, config, eb, adaptive_block)
+        BlockSetEncoder::choose(&info, |picked| picked.iter().map(|&i| sample[i]).collect(), unit, config, eb, adaptive_block, None)
     }
 
     /// `new` for blocks described by `info` and fetched by `fetch(indices)` (the blocks at
     /// `indices` of `info`, in that order), so that the blocks of an array need not all be in
-    /// memory at once: only those the choice samples are fetched.
+    /// memory at once: only those the choice samples are fetched. With `made` (a choice made on
+    /// blocks of another shape), its predictor family and weights are kept, and only an
+    /// interpolation's settings, which depend on the block shape, are tuned again.
     pub fn choose<T: Element, B: Borrow<Block<T>>>(
         info: &[BlockInfo],
         fetch: impl Fn(&[usize]) -> Vec<B>,
@@ -251,7 +262,11 @@ impl BlockSetEncoder {
         config: &Config,
         eb: f64,
         adaptive_block: bool,
+        made: Option<&Choice>,
     ) -> Result<BlockSetEncoder> {
+        if let Some(c) = made.filter(|c| c.weights.is_some() || !matches!(c.predictor, Predictor::Interpolation(_))) {
+            return BlockSetEncoder::with_choice(c, unit, config, eb, adaptive_block);
+        }
         check_unit(unit)?;
         let q = checked_quantizer(eb)?;
         // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
@@ -270,13 +285,15 @@ impl BlockSetEncoder {
         // gains least where absent cells cut its stencil, so full blocks alone flatter it.
         let judge = || spread(&fits);
         let edge = *unit.iter().max().unwrap_or(&1);
-        let (predictor, weights) = if samples.is_empty() {
+        let (predictor, weights) = if let Some(c) = made {
+            (if samples.is_empty() { c.predictor } else { selection::retune_for_blocks(&samples, &q, config, c.predictor) }, None)
+        } else if samples.is_empty() {
             (Predictor::Lorenzo, None)
         } else {
             let cells = info.iter().map(|b| b.stored).sum();
             selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block), cells)
         };
-        BlockSetEncoder::with_choice(&Choice { predictor, weights }, unit, config, eb, adaptive_block)
+        BlockSetEncoder::with_choice(&Choice { predictor, weights, unit: unit.to_vec() }, unit, config, eb, adaptive_block)
     }
 
     /// An encoder using `choice` (another encoder's, for blocks of any shape of its
@@ -295,7 +312,7 @@ impl BlockSetEncoder {
 
     /// The predictor choice, for `with_choice`.
     pub fn choice(&self) -> Choice {
-        Choice { predictor: self.predictor, weights: self.weights().cloned() }
+        Choice { predictor: self.predictor, weights: self.weights().cloned(), unit: self.unit.clone() }
     }
 
     /// The name of the predictor the blocks use.

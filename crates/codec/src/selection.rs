@@ -275,6 +275,17 @@ pub fn choose_for_blocks<T: Element>(
     (standard, (fitted < best).then_some(weights))
 }
 
+/// `p` for blocks like `samples` (see `choose_for_blocks`): an interpolation chosen on blocks of
+/// another shape, its spline and level bounds tuned again on these; any other predictor as it is.
+pub fn retune_for_blocks<T: Element>(samples: &[(Vec<T>, Vec<usize>)], q: &Quantizer, config: &Config, p: Predictor) -> Predictor {
+    match p {
+        Predictor::Interpolation(Settings { order, .. }) if config.predictor.is_none() && config.preset == Preset::Ratio => {
+            tune_interpolation(Trials { samples, q, preset: config.preset, pooled: true, seen: Vec::new() }, order)
+        }
+        p => p,
+    }
+}
+
 fn choose_standard_for_blocks<T: Element>(
     samples: &[(Vec<T>, Vec<usize>)],
     q: &Quantizer,

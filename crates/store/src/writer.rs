@@ -240,12 +240,26 @@ struct FieldTrials {
     kept: BTreeMap<(usize, usize), LevelStreams>,
 }
 
-/// Measures the candidate layouts of a field on a sample of its boxes, choosing the predictor
-/// once, at the first trial. (The final coding chooses again, on all the boxes: a choice made
-/// on the sample cost 2.6% of the Nyx-like density's ratio at 1e-4.) With `keep` (a sample of
-/// every box, in the speed preset, whose one predictor needs no choosing), the trials keep
-/// their streams, numbering their tables from `keep`: the chosen layout's are then the
-/// field's, not coded a second time.
+/// The predictor choice of a field, made once for its layout trials and its coding: on unit
+/// blocks of the first candidate layout spread over all its boxes (a choice made on the trials'
+/// sample, runs of neighbouring boxes, cost 2.6% of the Nyx-like density's ratio at 1e-4).
+fn field_choice<T: Element>(
+    boxes: &[BoxView<T>],
+    origin: &[i64],
+    (unit, chunk): (usize, usize),
+    cfg: &Config,
+    eb: f64,
+    o: &WriteOptions,
+) -> Result<Choice> {
+    let dim = origin.len();
+    let tiling = Tiling::new(origin.to_vec(), vec![unit; dim], vec![chunk; dim]).map_err(|e| invalid!("{e}"))?;
+    Ok(amrzip_amr::choose_predictor(boxes, &tiling, cfg, eb, o.adaptive_block)?)
+}
+
+/// Measures the candidate layouts of a field on a sample of its boxes with the predictor
+/// `choice`. With `keep` (a sample of every box, in the speed preset), the trials keep their
+/// streams, numbering their tables from `keep`: the chosen layout's are then the field's, not
+/// coded a second time.
 #[allow(clippy::too_many_arguments)]
 fn field_trials<T: Element>(
     boxes: &[BoxView<T>],
@@ -256,8 +270,8 @@ fn field_trials<T: Element>(
     eb: f64,
     o: &WriteOptions,
     keep: Option<u32>,
+    choice: &Choice,
 ) -> Result<FieldTrials> {
-    let mut choice: Option<Choice> = None;
     let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
     let dim = origin.len();
     let mut kept = BTreeMap::new();
@@ -265,9 +279,7 @@ fn field_trials<T: Element>(
     let sizes = chunking::trials(candidates, |u, edges| {
         let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![edges[0]; dim]).map_err(|e| invalid!("{e}"))?;
         let shapes: Vec<Vec<usize>> = edges.iter().map(|&c| vec![c; dim]).collect();
-        let (trials, chosen) =
-            amrzip_amr::trial_layouts(&picked, &tiling, &shapes, cfg, eb, o.adaptive_block, o.shared_tables, choice.as_ref(), how)?;
-        choice = Some(chosen);
+        let (trials, _) = amrzip_amr::trial_layouts(&picked, &tiling, &shapes, cfg, eb, o.adaptive_block, o.shared_tables, Some(choice), how)?;
         Ok::<_, Error>(
             trials
                 .into_iter()
@@ -310,9 +322,10 @@ fn reborrow<'a, T>(b: &BoxView<'a, T>) -> BoxView<'a, T> {
     BoxView { lo: b.lo.clone(), hi: b.hi.clone(), data: b.data, layout: b.layout, stored: b.stored, ghost: b.ghost.clone() }
 }
 
-/// Compresses a field with unit `unit` and chunk edge `edge`, keeping its mean if asked (the
-/// predictor chosen at the first pass serves the others); its chunks number their tables from
-/// `first_table`. `kept`: the first pass's streams, when a layout trial coded them.
+/// Compresses a field with unit `unit` and chunk edge `edge`, keeping its mean if asked, with
+/// the predictor `choice` (else chosen at the first pass, for the others); its chunks number
+/// their tables from `first_table`. `kept`: the first pass's streams, when a layout trial coded
+/// them.
 #[allow(clippy::too_many_arguments)]
 fn compress_field<T: Element>(
     boxes: &[BoxView<T>],
@@ -324,10 +337,10 @@ fn compress_field<T: Element>(
     o: &WriteOptions,
     first_table: usize,
     mut kept: Option<LevelStreams>,
+    mut choice: Option<Choice>,
 ) -> Result<Coded> {
     let dim = origin.len();
     let tiling = Tiling::new(origin.to_vec(), vec![unit; dim], vec![edge; dim]).map_err(|e| invalid!("{e}"))?;
-    let mut choice: Option<Choice> = None;
     let mut compress = |eb: f64, measure: bool| -> Result<LevelStreams> {
         let first = u32::try_from(first_table).map_err(|_| invalid!("too many shared tables"))?;
         // `kept` is this first pass's coding, done by the layout trials.
@@ -509,6 +522,7 @@ pub fn write_snapshot(
         // all, each field its unit.
         let mut trials = Vec::with_capacity(nf);
         let mut kept = Vec::with_capacity(nf);
+        let mut choices = vec![None; nf];
         if measured {
             for (f, cfg) in cfgs.iter().enumerate() {
                 let eb = meta.bounds[f].abs;
@@ -517,12 +531,20 @@ pub fn write_snapshot(
                 // stores one, so field f's is table f.
                 let keep = (speed && sample.len() == lev.boxes.len() && options.shared_tables).then_some(f as u32);
                 with_views(l, f, &mut |views| {
-                    let t = match views {
-                        Views::F32(v) => on_pool(threads, || field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep)),
-                        Views::F64(v) => on_pool(threads, || field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep)),
+                    let first = candidates[0];
+                    let (t, choice) = match views {
+                        Views::F32(v) => on_pool(threads, || {
+                            let c = field_choice(v, &origin, first, cfg, eb, options)?;
+                            Ok((field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep, &c)?, c))
+                        }),
+                        Views::F64(v) => on_pool(threads, || {
+                            let c = field_choice(v, &origin, first, cfg, eb, options)?;
+                            Ok((field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep, &c)?, c))
+                        }),
                     }?;
                     trials.push(t.sizes);
                     kept.push(t.kept);
+                    choices[f] = Some(choice);
                     Ok(())
                 })?;
             }
@@ -549,9 +571,14 @@ pub fn write_snapshot(
                 let eb = meta.bounds[f].abs;
                 let first: usize = coded.iter().map(|c: &Coded| c.streams.codebooks.len()).sum();
                 let streams = kept.get_mut(f).and_then(|k| k.remove(&(unit, edge))).filter(|_| first == f);
+                let choice = choices[f].take();
                 coded.push(match views {
-                    Views::F32(v) => on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams))?,
-                    Views::F64(v) => on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams))?,
+                    Views::F32(v) => {
+                        on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams, choice))?
+                    }
+                    Views::F64(v) => {
+                        on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams, choice))?
+                    }
                 });
                 Ok(())
             })?;
