@@ -18,7 +18,7 @@ use crate::element::{DType, Element};
 use crate::entropy::frames;
 use crate::entropy::huffman::{Codebook, Histogram};
 use crate::entropy::rans;
-use crate::entropy::residuals::{self, Near, Start, NEIGHBOURS, NONE};
+use crate::entropy::residuals::{self, Layout, Part, Start, NEIGHBOURS};
 use crate::error::{corrupt, CodecError, Result};
 use crate::nonfinite;
 use crate::predictor::fitted::{self, Weights};
@@ -357,8 +357,9 @@ impl BlockSetEncoder {
     /// What `sets` share for the adaptive range coder (version 2): its start, learnt from all
     /// their symbols.
     fn adaptive_tables<T: Element>(&self, sets: &[PredictedSet<T>]) -> SharedCodebook {
-        let streams: Vec<(Vec<u16>, Vec<Near>)> = sets.iter().map(|s| (s.symbols(), s.near())).collect();
-        let start = Start::learn(streams.iter().map(|(s, n)| (&s[..], &n[..])), ZERO, neighbour_count(self.unit.len()));
+        let cells = neighbour_cells(&self.unit);
+        let streams: Vec<(Vec<u16>, Layout)> = sets.iter().map(|s| (s.symbols(), s.layout(&cells))).collect();
+        let start = Start::learn(streams.iter().map(|(s, l)| (&s[..], l)), ZERO);
         SharedCodebook::new(Codebook::from_histogram(&[]), Some(start), None, self.weights().cloned())
     }
 
@@ -548,13 +549,14 @@ impl<T: Element> PredictedSet<T> {
         self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect()
     }
 
-    /// Where each of `symbols()` has its neighbours in space (see `near_table`).
-    fn near(&self) -> Vec<Near> {
-        near_table(self.blocks.iter().map(|b| (b.kind, b.mask.as_deref())), &self.unit)
+    /// Where `symbols()` have their neighbours in space (see `block_layout`); `cells` are the
+    /// unit shape's (`neighbour_cells`).
+    fn layout<'a>(&'a self, cells: &'a [[u32; NEIGHBOURS]]) -> Layout<'a> {
+        block_layout(self.blocks.iter().map(|b| (b.kind, b.mask.as_deref())), cells, &self.unit)
     }
 
     fn modelled(&self) -> &rans::Encoder {
-        self.modelled.get_or_init(|| residuals::model(&self.symbols(), ZERO, &self.near(), neighbour_count(self.unit.len())))
+        self.modelled.get_or_init(|| residuals::model(&self.symbols(), ZERO, &self.layout(&neighbour_cells(&self.unit))))
     }
 
     /// The set's bytes, coded with `codebook` (the shared tables of sets including this one,
@@ -592,7 +594,7 @@ impl<T: Element> PredictedSet<T> {
                 (TABLED, coded)
             }
             (None, Some(start)) => {
-                (RANGE_CODED, residuals::encode(&self.symbols(), ZERO, start, &self.near(), neighbour_count(self.unit.len())))
+                (RANGE_CODED, residuals::encode(&self.symbols(), ZERO, start, &self.layout(&neighbour_cells(&self.unit))))
             }
             (None, None) => {
                 write_segments(&mut raw, &self.symbols(), &codebook.codebook)?;
@@ -640,9 +642,10 @@ fn neighbour_count(ndim: usize) -> u32 {
 
 type NeighbourCells = Arc<Vec<[u32; NEIGHBOURS]>>;
 
-/// Per cell of a block of shape `unit`, its neighbours' cells (`NONE` past the block's lower
-/// faces); empty when cells have no neighbours in space. The same for every block of a shape,
-/// and blocks are small while sets are many: worked out once per shape.
+/// Per cell of a block of shape `unit`, its neighbours' cells (the block's cell count for one
+/// past its lower faces; see `residuals::Layout`); empty when cells have no neighbours in space.
+/// The same for every block of a shape, and blocks are small while sets are many: worked out
+/// once per shape.
 fn neighbour_cells(unit: &[usize]) -> NeighbourCells {
     static SHAPES: Mutex<Vec<(Vec<usize>, NeighbourCells)>> = Mutex::new(Vec::new());
     let mut shapes = SHAPES.lock().unwrap_or_else(|e| e.into_inner());
@@ -652,7 +655,7 @@ fn neighbour_cells(unit: &[usize]) -> NeighbourCells {
     let offsets = neighbour_offsets(unit.len());
     let strides = crate::grid::strides(unit);
     let n: usize = unit.iter().product();
-    let mut cells = vec![[NONE; NEIGHBOURS]; if offsets.is_empty() { 0 } else { n }];
+    let mut cells = vec![[n as u32; NEIGHBOURS]; if offsets.is_empty() { 0 } else { n }];
     if !cells.is_empty() {
         crate::grid::for_each_index(unit, |pos| {
             let k: usize = pos.iter().zip(&strides).map(|(&p, &s)| p * s).sum();
@@ -668,39 +671,23 @@ fn neighbour_cells(unit: &[usize]) -> NeighbourCells {
     cells
 }
 
-/// For every symbol of the blocks `(kind, mask)` (in set order, each coding its stored cells),
-/// the indices of the earlier symbols of its neighbours in space (format.md 14.3): for blocks
-/// walked in C order (Lorenzo, dual quantization, fitted), the stored cells of the block at
-/// `neighbour_offsets`; for the others, `None`.
-fn near_table<'a>(blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>, unit: &[usize]) -> Vec<Near> {
-    let cells = neighbour_cells(unit);
+/// The layout of the symbols of the blocks `(kind, mask)` of shape `unit` (in set order, each
+/// coding its stored cells) for their contexts (format.md 14.3): blocks walked in C order
+/// (Lorenzo, dual quantization, fitted) have neighbours in space, `cells` (the shape's
+/// `neighbour_cells`); the others' symbols are runs without.
+fn block_layout<'a>(blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>, cells: &'a [[u32; NEIGHBOURS]], unit: &[usize]) -> Layout<'a> {
     let n: usize = unit.iter().product();
-    let mut out: Vec<Near> = Vec::new();
-    let mut index = vec![NONE; n];
-    for (kind, mask) in blocks {
-        let c_order = matches!(kind, BlockKind::Fitted { .. } | BlockKind::Kind(PredictorKind::Lorenzo | PredictorKind::DualQuant));
-        let first = out.len() as u32;
-        match mask {
-            _ if !c_order || cells.is_empty() => out.extend((0..n).filter(|&k| mask.is_none_or(|m| m[k])).map(|_| None)),
-            // A full block's cell k is its symbol first + k.
-            None => out.extend(cells.iter().map(|c| Some(c.map(|j| if j == NONE { NONE } else { first + j })))),
-            Some(m) => {
-                let mut next = first;
-                for (slot, &stored) in index.iter_mut().zip(m) {
-                    *slot = if stored { next } else { NONE };
-                    next += u32::from(stored);
-                }
-                out.extend(
-                    cells
-                        .iter()
-                        .zip(m)
-                        .filter(|(_, &stored)| stored)
-                        .map(|(c, _)| Some(c.map(|j| if j == NONE { NONE } else { index[j as usize] }))),
-                );
+    let parts = blocks
+        .map(|(kind, mask)| {
+            let c_order = matches!(kind, BlockKind::Fitted { .. } | BlockKind::Kind(PredictorKind::Lorenzo | PredictorKind::DualQuant));
+            if c_order && !cells.is_empty() {
+                Part::Block(mask)
+            } else {
+                Part::Run(mask.map_or(n, |m| m.iter().filter(|&&v| v).count()))
             }
-        }
-    }
-    out
+        })
+        .collect();
+    Layout::blocks(cells, neighbour_count(unit.len()).max(1), parts)
 }
 
 fn checked_quantizer(eb: f64) -> Result<Quantizer> {
@@ -840,11 +827,11 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
             return Err(corrupt!("{} unexpected bytes after the block records", r.remaining()));
         }
         let mut symbols = vec![0u16; total];
-        let near = near_table(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), unit);
-        let count = neighbour_count(unit.len());
+        let cells = neighbour_cells(unit);
+        let layout = block_layout(heads.iter().map(|(_, kind, mask, _)| (*kind, mask.as_deref())), &cells, unit);
         match (h.version, &codebook.start, &codebook.tables) {
-            (RANGE_CODED, Some(start), _) => residuals::decode(h.ranged, ZERO, q.alphabet(), start, &near, count, &mut symbols)?,
-            (TABLED, _, Some(tables)) => residuals::decode_tabled(h.ranged, ZERO, q.alphabet(), tables, &near, count, &mut symbols)?,
+            (RANGE_CODED, Some(start), _) => residuals::decode(h.ranged, ZERO, q.alphabet(), start, &layout, &mut symbols)?,
+            (TABLED, _, Some(tables)) => residuals::decode_tabled(h.ranged, ZERO, q.alphabet(), tables, &layout, &mut symbols)?,
             (RANGE_CODED, ..) => return Err(corrupt!("a range-coded block set, but the array's tables have no range coder start")),
             _ => return Err(corrupt!("a context-coded block set, but the array has no context coder tables")),
         }
@@ -980,24 +967,21 @@ mod tests {
         assert_eq!(neighbour_offsets(2), vec![vec![-1, -1], vec![-1, 0], vec![0, -1]]);
         assert_eq!(neighbour_count(3), 6);
         assert_eq!(neighbour_count(4), 0);
-        // A 3x3 block missing its centre, then a full one, then one walked otherwise.
+        // In a 3x3 block, cell 5 (row 1, column 2) sees cells 1 (above-left), 2 (above) and 4
+        // (left); cell 0 none (9, past the faces); cell 3 only those above.
+        let cells = neighbour_cells(&[3, 3]);
+        assert_eq!(cells[5][..3], [1, 2, 4]);
+        assert_eq!(cells[0][..3], [9, 9, 9]);
+        assert_eq!(cells[3][..3], [9, 0, 9]);
+        // A block missing its centre, a full one, one walked otherwise: 8 + 9 + 9 symbols.
         let mask: Vec<bool> = (0..9).map(|k| k != 4).collect();
-        let fitted = BlockKind::Fitted { by_stored: true };
         let blocks = [
-            (fitted, Some(&mask[..])),
+            (BlockKind::Fitted { by_stored: true }, Some(&mask[..])),
             (BlockKind::Kind(PredictorKind::Lorenzo), None),
             (BlockKind::Kind(PredictorKind::Interpolation), None),
         ];
-        let near = near_table(blocks.into_iter(), &[3, 3]);
-        assert_eq!(near.len(), 8 + 9 + 9);
-        let n = |i: usize| near[i].unwrap()[..3].to_vec();
-        // Block 0: cell 5 (row 1, column 2) is symbol 4; above-left is cell 1 (symbol 1), above
-        // cell 2 (symbol 2), left the absent centre.
-        assert_eq!(n(4), vec![1, 2, NONE]);
-        assert_eq!(n(0), vec![NONE; 3]);
-        // Block 1 starts at symbol 8: its cell 4 sees cells 0, 1 and 3.
-        assert_eq!(n(8 + 4), vec![8, 9, 11]);
-        assert!(near[17..].iter().all(Option::is_none));
+        assert_eq!(block_layout(blocks.into_iter(), &cells, &[3, 3]).symbols(), 26);
+        assert!(neighbour_cells(&[2, 2, 2, 2]).is_empty());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! lognormal field's dense parts, say) instead of paying one code for the mixture.
 
 use super::rans::{self, Tables};
-use super::residuals::{self, Start};
+use super::residuals::{self, Layout, Start};
 use crate::bytes::ByteReader;
 use crate::error::{corrupt, Result};
 
@@ -41,11 +41,11 @@ impl ContextCoder {
     pub fn choose(segments: &[&[u16]], zero: u16) -> (ContextCoder, Vec<Vec<u8>>) {
         use rayon::prelude::*;
         let n: usize = segments.iter().map(|s| s.len()).sum();
-        let adaptive = || -> Vec<Vec<u8>> { segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &[], 1)).collect() };
+        let adaptive = || -> Vec<Vec<u8>> { segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &Layout::plain(s.len()))).collect() };
         if n <= ADAPTIVE_ONLY_SYMBOLS {
             return (ContextCoder::Adaptive, adaptive());
         }
-        let models: Vec<rans::Encoder> = segments.par_iter().map(|s| residuals::model(s, zero, &[], 1)).collect();
+        let models: Vec<rans::Encoder> = segments.par_iter().map(|s| residuals::model(s, zero, &Layout::plain(s.len()))).collect();
         let mut counts = rans::Counts::new(residuals::CONTEXTS);
         for m in &models {
             m.count(&mut counts);
@@ -106,8 +106,8 @@ impl ContextCoder {
     /// Decodes one segment into `out`, every symbol below `alphabet`.
     pub fn decode(&self, bytes: &[u8], zero: u16, alphabet: usize, out: &mut [u16]) -> Result<()> {
         match self {
-            ContextCoder::Adaptive => residuals::decode(bytes, zero, alphabet, &Start::default(), &[], 1, out),
-            ContextCoder::Tabled(tables) => residuals::decode_tabled(bytes, zero, alphabet, tables, &[], 1, out),
+            ContextCoder::Adaptive => residuals::decode(bytes, zero, alphabet, &Start::default(), &Layout::plain(out.len()), out),
+            ContextCoder::Tabled(tables) => residuals::decode_tabled(bytes, zero, alphabet, tables, &Layout::plain(out.len()), out),
         }
     }
 }

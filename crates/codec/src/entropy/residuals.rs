@@ -111,55 +111,105 @@ impl<C: Coder> SymbolCoder for Binary<C> {
     }
 }
 
-/// Up to this many earlier symbols that are a symbol's neighbours in space.
+/// Up to this many earlier cells of a block that are a cell's neighbours in space.
 pub const NEIGHBOURS: usize = 6;
-/// An absent neighbour.
-pub const NONE: u32 = u32::MAX;
 
-/// Where a symbol's neighbours in space lie among the symbols before it: `Some` with up to
-/// `NEIGHBOURS` indices (`NONE` for one outside its block or not stored) when its block's walk
-/// is in C order, `None` when the walk is not (then the window stands in for them).
-pub type Near = Option<[u32; NEIGHBOURS]>;
-
-/// Codes `n` residuals through `coder`, `d(i)` giving the `i`-th (when encoding); returns
-/// each residual coded to `out`. `near` (one entry per symbol) and `count` (how many neighbours
-/// a symbol can have) give the spatial part of the context.
-fn walk(
-    n: usize,
-    coder: &mut impl SymbolCoder,
-    d: impl Fn(usize) -> i32,
-    mut out: impl FnMut(i32) -> Result<()>,
-    near: &[Near],
+/// Where a stream's symbols have neighbours in space (format.md 14.3): the stream is a list of
+/// parts, unit blocks of one shape walked in C order (each stored cell coding one symbol) and
+/// runs of symbols with none known (then the window stands in for them).
+pub struct Layout<'a> {
+    /// Per cell of the block shape, the cells before it that are its neighbours, the first
+    /// `count` of them meaningful: the shape's cell count for one past the block's lower faces.
+    cells: &'a [[u32; NEIGHBOURS]],
     count: u32,
-) -> Result<()> {
+    parts: Vec<Part<'a>>,
+}
+
+pub enum Part<'a> {
+    /// A block walked in C order; `Some(mask)` says which of its cells are stored.
+    Block(Option<&'a [bool]>),
+    /// This many symbols with no neighbours in space.
+    Run(usize),
+}
+
+impl<'a> Layout<'a> {
+    /// Symbols in a row with no neighbours in space: a plain stream's.
+    pub fn plain(n: usize) -> Layout<'static> {
+        Layout { cells: &[], count: 1, parts: vec![Part::Run(n)] }
+    }
+
+    /// Blocks of a shape whose cells have neighbours `cells` (see the field; `count` of them,
+    /// 1 to `NEIGHBOURS`), and runs, in stream order. Every mask has the shape's cells.
+    pub fn blocks(cells: &'a [[u32; NEIGHBOURS]], count: u32, parts: Vec<Part<'a>>) -> Layout<'a> {
+        debug_assert!((1..=NEIGHBOURS as u32).contains(&count));
+        debug_assert!(parts.iter().all(|p| !matches!(p, Part::Block(Some(m)) if m.len() != cells.len())));
+        Layout { cells, count, parts }
+    }
+
+    /// How many symbols the stream has.
+    pub fn symbols(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Block(None) => self.cells.len(),
+                Part::Block(Some(m)) => m.iter().filter(|&&v| v).count(),
+                Part::Run(n) => *n,
+            })
+            .sum()
+    }
+}
+
+/// Codes the residuals of the symbols `layout` lays out through `coder`, `d(i)` giving the
+/// `i`-th (when encoding); returns each residual coded to `out`.
+fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32, mut out: impl FnMut(i32) -> Result<()>) -> Result<()> {
     let mut w = Window::new();
     let mut prev_negative = false;
-    // Capped magnitudes of the residuals coded so far.
-    let mut mags: Vec<u32> = Vec::with_capacity(n);
-    for i in 0..n {
-        // The neighbours' sum in the window's units: 8 magnitudes' worth.
-        let spatial = match near.get(i) {
-            Some(Some(js)) => {
-                let sum =
-                    js.iter().filter(|&&j| j != NONE).map(|&j| mags.get(j as usize).copied().unwrap_or(0)).sum::<u32>() * WINDOW as u32;
-                // The counts blocks have (1, 3 or 6 neighbours in 1 to 3 dimensions) as
-                // constants, which the compiler divides by with a multiplication.
-                match count {
-                    6 => sum / 6,
-                    3 => sum / 3,
-                    c => sum / c.max(1),
-                }
-            }
-            _ => w.sum,
-        };
-        let r = coder.code(class(w.sum + spatial), prev_negative, d(i))?;
+    let mut i = 0;
+    // Codes symbol i in the context of `spatial` (the neighbours' sum, in the window's units;
+    // without neighbours, the window counts twice); returns its capped magnitude.
+    let mut code = |spatial: Option<u32>, i: usize| -> Result<u32> {
+        let r = coder.code(class(w.sum + spatial.unwrap_or(w.sum)), prev_negative, d(i))?;
         out(r)?;
         if r != 0 {
             prev_negative = r < 0;
         }
         let m = r.unsigned_abs().min(CAP);
-        mags.push(m);
         w.push(m);
+        Ok(m)
+    };
+    let n = layout.cells.len();
+    let count = layout.count as usize;
+    // The capped magnitudes of the block's cells walked so far (0 where not stored), and a 0
+    // past the end for neighbours past the block's faces.
+    let mut mags = vec![0u32; n + 1];
+    for part in &layout.parts {
+        match *part {
+            Part::Run(len) => {
+                for _ in 0..len {
+                    code(None, i)?;
+                    i += 1;
+                }
+            }
+            Part::Block(mask) => {
+                for (k, near) in layout.cells.iter().enumerate() {
+                    if mask.is_some_and(|m| !m[k]) {
+                        mags[k] = 0;
+                        continue;
+                    }
+                    // The neighbours' sum in the window's units: 8 magnitudes' worth.
+                    let sum = near[..count].iter().map(|&j| mags[j as usize]).sum::<u32>() * WINDOW as u32;
+                    // The counts blocks have (1, 3 or 6 neighbours in 1 to 3 dimensions) as
+                    // constants, which the compiler divides by with a multiplication.
+                    let spatial = match count {
+                        6 => sum / 6,
+                        3 => sum / 3,
+                        c => sum / c as u32,
+                    };
+                    mags[k] = code(Some(spatial), i)?;
+                    i += 1;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -189,9 +239,9 @@ impl Default for Start {
 const START_SEEN: u16 = 30;
 
 impl Start {
-    /// Learns from the symbol streams `streams` (with their `near` tables, see `encode`), each
-    /// coded as its own stream.
-    pub fn learn<'a>(streams: impl IntoIterator<Item = (&'a [u16], &'a [Near])>, zero: u16, count: u32) -> Start {
+    /// Learns from the symbol streams `streams` (with their layouts, see `encode`), each coded
+    /// as its own stream.
+    pub fn learn<'a, 'b: 'a>(streams: impl IntoIterator<Item = (&'a [u16], &'a Layout<'b>)>, zero: u16) -> Start {
         struct Counts(Vec<[u64; 2]>);
         impl Coder for Counts {
             #[inline(always)]
@@ -203,8 +253,8 @@ impl Start {
             }
         }
         let mut counts = Binary(Counts(vec![[0; 2]; CELLS]));
-        for (symbols, near) in streams {
-            walk(symbols.len(), &mut counts, |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count).expect("counting cannot fail");
+        for (symbols, layout) in streams {
+            walk(layout, &mut counts, |i| symbols[i] as i32 - zero as i32, |_| Ok(())).expect("counting cannot fail");
         }
         let cells = counts
             .0
@@ -252,10 +302,9 @@ fn stored(p: u8) -> Option<Prob> {
     (p > 0).then(|| Prob::from_parts((p as u16) << 8 | 128, START_SEEN).expect("within 1..65535"))
 }
 
-/// The range-coded bytes of `symbols` starting from `start`, residual 0 being symbol `zero`.
-/// `near[i]` lists the neighbours in space of symbol `i` (`count`: how many a symbol can have);
-/// an empty `near` means none are known.
-pub fn encode(symbols: &[u16], zero: u16, start: &Start, near: &[Near], count: u32) -> Vec<u8> {
+/// The range-coded bytes of `symbols` starting from `start`, residual 0 being symbol `zero`,
+/// laid out as `layout` says (which must have as many symbols).
+pub fn encode(symbols: &[u16], zero: u16, start: &Start, layout: &Layout) -> Vec<u8> {
     struct Coding {
         enc: Encoder,
         model: Vec<Prob>,
@@ -271,13 +320,14 @@ pub fn encode(symbols: &[u16], zero: u16, start: &Start, near: &[Near], count: u
         }
     }
     let mut coding = Binary(Coding { enc: Encoder::default(), model: start.cells.clone() });
-    walk(symbols.len(), &mut coding, |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count).expect("encoding cannot fail");
+    walk(layout, &mut coding, |i| symbols[i] as i32 - zero as i32, |_| Ok(())).expect("encoding cannot fail");
     coding.0.enc.finish()
 }
 
-/// Decodes `out.len()` symbols coded by `encode` from `start` with the same `near` and
-/// `count`; each must be below `alphabet`.
-pub fn decode(bytes: &[u8], zero: u16, alphabet: usize, start: &Start, near: &[Near], count: u32, out: &mut [u16]) -> Result<()> {
+/// Decodes the symbols coded by `encode` from `start` with the same `layout` into `out` (as many
+/// as it lays out); each must be below `alphabet`.
+pub fn decode(bytes: &[u8], zero: u16, alphabet: usize, start: &Start, layout: &Layout, out: &mut [u16]) -> Result<()> {
+    check_length(layout, out)?;
     struct Decoding<'a> {
         dec: Decoder<'a>,
         model: Vec<Prob>,
@@ -292,8 +342,16 @@ pub fn decode(bytes: &[u8], zero: u16, alphabet: usize, start: &Start, near: &[N
         }
     }
     let mut decoding = Binary(Decoding { dec: Decoder::new(bytes)?, model: start.cells.clone() });
-    walk(out.len(), &mut decoding, |_| 0, into(out, zero, alphabet), near, count)?;
+    walk(layout, &mut decoding, |_| 0, into(out, zero, alphabet))?;
     decoding.0.dec.finish()
+}
+
+fn check_length(layout: &Layout, out: &[u16]) -> Result<()> {
+    let n = layout.symbols();
+    if n != out.len() {
+        return Err(corrupt!("{n} symbols laid out for {} to decode", out.len()));
+    }
+    Ok(())
 }
 
 /// Stores each decoded residual as the next symbol of `out`, refusing one outside `alphabet`.
@@ -334,28 +392,20 @@ impl SymbolCoder for Tabled<&mut rans::Decoder<'_>> {
     }
 }
 
-/// The tokens and contexts of `symbols` (residual 0 at `zero`) as `encode` models them (`near`
-/// and `count` as there), ready to count (learning the tables) and to code with the tables.
-pub fn model(symbols: &[u16], zero: u16, near: &[Near], count: u32) -> rans::Encoder {
+/// The tokens and contexts of `symbols` (residual 0 at `zero`) as `encode` models them
+/// (`layout` as there), ready to count (learning the tables) and to code with the tables.
+pub fn model(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
     let mut enc = rans::Encoder::with_capacity(symbols.len());
-    walk(symbols.len(), &mut Tabled(&mut enc), |i| symbols[i] as i32 - zero as i32, |_| Ok(()), near, count)
-        .expect("modelling cannot fail");
+    walk(layout, &mut Tabled(&mut enc), |i| symbols[i] as i32 - zero as i32, |_| Ok(())).expect("modelling cannot fail");
     enc
 }
 
-/// Decodes `out.len()` symbols modelled by `model` and coded with `tables`, with the same
-/// `near` and `count`; each must be below `alphabet`.
-pub fn decode_tabled(
-    bytes: &[u8],
-    zero: u16,
-    alphabet: usize,
-    tables: &rans::Tables,
-    near: &[Near],
-    count: u32,
-    out: &mut [u16],
-) -> Result<()> {
+/// Decodes the symbols modelled by `model` and coded with `tables`, with the same `layout`,
+/// into `out` (as many as it lays out); each must be below `alphabet`.
+pub fn decode_tabled(bytes: &[u8], zero: u16, alphabet: usize, tables: &rans::Tables, layout: &Layout, out: &mut [u16]) -> Result<()> {
+    check_length(layout, out)?;
     let mut dec = rans::Decoder::new(bytes, tables)?;
-    walk(out.len(), &mut Tabled(&mut dec), |_| 0, into(out, zero, alphabet), near, count)?;
+    walk(layout, &mut Tabled(&mut dec), |_| 0, into(out, zero, alphabet))?;
     dec.finish()
 }
 
@@ -378,70 +428,87 @@ mod tests {
 
     fn decoded(bytes: &[u8], zero: u16, n: usize) -> Result<Vec<u16>> {
         let mut out = vec![0u16; n];
-        decode(bytes, zero, 2 * zero as usize, &Start::default(), &[], 1, &mut out).map(|_| out)
+        decode(bytes, zero, 2 * zero as usize, &Start::default(), &Layout::plain(n), &mut out).map(|_| out)
     }
 
     #[test]
     fn regional_symbols_round_trip_near_their_conditional_entropy() {
         let zero = 32768u16;
         let symbols = regional(40_000, zero, 7);
-        let bytes = encode(&symbols, zero, &Start::default(), &[], 1);
+        let bytes = encode(&symbols, zero, &Start::default(), &Layout::plain(symbols.len()));
         assert_eq!(decoded(&bytes, zero, symbols.len()).unwrap(), symbols);
         // Half the symbols uniform over 3 values (1.58 bits), half over 601 (9.23 bits).
         let ideal = 20_000.0 * (3f64.log2() + 601f64.log2()) / 8.0;
         assert!((bytes.len() as f64) < ideal * 1.05, "{} bytes, ideal {ideal:.0}", bytes.len());
     }
 
+    /// The neighbours of a cell of 20 x 20 blocks: left, above and above-left, `NONE` (the cell
+    /// count) past the faces.
+    fn grid_cells(shift: bool) -> Vec<[u32; NEIGHBOURS]> {
+        let none = 400u32;
+        (0..400u32)
+            .map(|k| {
+                let (y, x) = (k / 20, k % 20);
+                let mut n = [none; NEIGHBOURS];
+                if x > 0 {
+                    n[0] = if shift { (k - 1) / 2 } else { k - 1 };
+                }
+                if y > 0 {
+                    n[1] = k - 20;
+                }
+                if x > 0 && y > 0 {
+                    n[2] = k - 21;
+                }
+                n
+            })
+            .collect()
+    }
+
     #[test]
     fn spatial_neighbours_round_trip_and_must_match() {
         let zero = 32768u16;
-        let symbols = regional(6000, zero, 11);
-        // Rows of 20: the neighbours above and before, some missing.
-        let near: Vec<Near> = (0..symbols.len())
-            .map(|i| {
-                (i % 7 != 3).then(|| {
-                    let mut n = [NONE; NEIGHBOURS];
-                    if i % 20 > 0 {
-                        n[0] = i as u32 - 1;
-                    }
-                    if i >= 20 {
-                        n[1] = i as u32 - 20;
-                    }
-                    n
-                })
-            })
-            .collect();
-        let start = Start::learn([(&symbols[..], &near[..])], zero, 3);
-        let bytes = encode(&symbols, zero, &start, &near, 3);
+        let cells = grid_cells(false);
+        // Full and partial blocks, and a run of symbols without neighbours between them.
+        let mask: Vec<bool> = (0..400).map(|k| k % 7 != 3).collect();
+        let parts = || vec![Part::Block(None), Part::Block(Some(&mask[..])), Part::Run(37), Part::Block(None)];
+        let layout = Layout::blocks(&cells, 3, parts());
+        let symbols = regional(layout.symbols(), zero, 11);
+        assert_eq!(symbols.len(), 400 + mask.iter().filter(|&&m| m).count() + 37 + 400);
+        let start = Start::learn([(&symbols[..], &layout)], zero);
+        let bytes = encode(&symbols, zero, &start, &layout);
         let mut out = vec![0u16; symbols.len()];
-        decode(&bytes, zero, 65536, &start, &near, 3, &mut out).unwrap();
+        decode(&bytes, zero, 65536, &start, &layout, &mut out).unwrap();
+        assert_eq!(out, symbols);
+        let tables = {
+            let mut counts = rans::Counts::new(CONTEXTS);
+            model(&symbols, zero, &layout).count(&mut counts);
+            counts.tables()
+        };
+        let mut coded = Vec::new();
+        model(&symbols, zero, &layout).finish(&tables, &mut coded).unwrap();
+        decode_tabled(&coded, zero, 65536, &tables, &layout, &mut out).unwrap();
         assert_eq!(out, symbols);
         // Other neighbours give other contexts: the symbols do not come back.
-        let shifted: Vec<Near> = near
-            .iter()
-            .map(|n| {
-                n.map(|mut n| {
-                    n[0] = if n[0] == NONE { NONE } else { n[0] / 2 };
-                    n
-                })
-            })
-            .collect();
-        assert!(decode(&bytes, zero, 65536, &start, &shifted, 3, &mut out).is_err() || out != symbols);
+        let shifted = grid_cells(true);
+        let other = Layout::blocks(&shifted, 3, parts());
+        assert!(decode(&bytes, zero, 65536, &start, &other, &mut out).is_err() || out != symbols);
+        // A layout of another length is refused before decoding.
+        assert!(decode(&bytes, zero, 65536, &start, &layout, &mut out[1..]).is_err());
     }
 
     #[test]
     fn extreme_symbols_round_trip() {
         let zero = 32768u16;
         let symbols: Vec<u16> = [0u16, 65535, zero, zero + 1, zero - 1, 1, 65534].iter().cycle().take(1000).copied().collect();
-        assert_eq!(decoded(&encode(&symbols, zero, &Start::default(), &[], 1), zero, symbols.len()).unwrap(), symbols);
-        assert_eq!(decoded(&encode(&[], zero, &Start::default(), &[], 1), zero, 0).unwrap(), Vec::<u16>::new());
+        assert_eq!(decoded(&encode(&symbols, zero, &Start::default(), &Layout::plain(symbols.len())), zero, symbols.len()).unwrap(), symbols);
+        assert_eq!(decoded(&encode(&[], zero, &Start::default(), &Layout::plain(0)), zero, 0).unwrap(), Vec::<u16>::new());
     }
 
     #[test]
     fn damaged_streams_are_refused_or_decode_within_the_alphabet() {
         let zero = 32768u16;
         let symbols = regional(5000, zero, 3);
-        let bytes = encode(&symbols, zero, &Start::default(), &[], 1);
+        let bytes = encode(&symbols, zero, &Start::default(), &Layout::plain(symbols.len()));
         assert!(decoded(&bytes[..bytes.len() - 1], zero, symbols.len()).is_err());
         let mut longer = bytes.clone();
         longer.push(0);
@@ -454,7 +521,7 @@ mod tests {
             bad[i] ^= 0x5A;
             let _ = decoded(&bad, zero, symbols.len());
             let mut out = vec![0u16; symbols.len()];
-            if decode(&bad, zero, 40000, &Start::default(), &[], 1, &mut out).is_ok() {
+            if decode(&bad, zero, 40000, &Start::default(), &Layout::plain(symbols.len()), &mut out).is_ok() {
                 assert!(out.iter().all(|&s| s < 40000));
             }
         }
