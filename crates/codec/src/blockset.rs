@@ -268,6 +268,11 @@ impl BlockSetEncoder {
             return BlockSetEncoder::with_choice(c, unit, config, eb, adaptive_block);
         }
         check_unit(unit)?;
+        let edge = *unit.iter().max().unwrap_or(&1);
+        if let Some(predictor) = selection::fixed_for_blocks(config, unit.len(), eb, regression_block(unit.len(), edge, adaptive_block)) {
+            let choice = Choice { predictor, weights: None, unit: unit.to_vec() };
+            return BlockSetEncoder::with_choice(&choice, unit, config, eb, adaptive_block);
+        }
         let q = checked_quantizer(eb)?;
         // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
         let fits: Vec<usize> = (0..info.len()).filter(|&i| info[i].fits).collect();
@@ -284,7 +289,6 @@ impl BlockSetEncoder {
         // Fitted prediction is judged on blocks as they come, partial ones in their share: it
         // gains least where absent cells cut its stencil, so full blocks alone flatter it.
         let judge = || spread(&fits);
-        let edge = *unit.iter().max().unwrap_or(&1);
         let (predictor, weights) = if let Some(c) = made {
             (if samples.is_empty() { c.predictor } else { selection::retune_for_blocks(&samples, &q, config, c.predictor) }, None)
         } else if samples.is_empty() {

@@ -234,6 +234,18 @@ fn tune_interpolation<T: Element>(mut trials: Trials<T>, order: DimOrder) -> Pre
     trials.cheapest(&tunings)
 }
 
+/// The predictor for unit blocks of `ndim` dimensions under bound `eb` when there is nothing to
+/// choose (one candidate, and no fitted prediction to try), so that no sample need be drawn.
+pub fn fixed_for_blocks(config: &Config, ndim: usize, eb: f64, regression_block: usize) -> Option<Predictor> {
+    let cands = candidates(config, ndim, eb == 0.0);
+    let fitted = config.predictor.is_none() && config.preset == Preset::Ratio && eb > 0.0 && Weights::supports(ndim);
+    match cands[..] {
+        [Predictor::Regression { .. }] if !fitted => Some(Predictor::Regression { block: regression_block }),
+        [p] if !fitted => Some(p),
+        _ => None,
+    }
+}
+
 /// The predictor for a set of unit blocks predicted one by one (`blockset`), from `samples`
 /// (full blocks, finite values): regression takes `regression_block`. With weights (fitted on
 /// `samples`), fitted prediction (see `predictor::fitted`) codes `judge()`, blocks of the same
