@@ -495,19 +495,7 @@ fn walk_in<T: Element, V: Visit<T>>(
             let pred = if whole_row && x >= 2 {
                 earlier_terms + far.weights[earlier] * buf[i - 2].to_f64() + far.weights[earlier + 1] * buf[i - 1].to_f64()
             } else if present.is_some_and(|m| !m[k]) {
-                // One step back along each dimension the point is not on the face of.
-                let (mut sum, mut count) = (0.0, 0u32);
-                for (d, &stride) in ps.iter().enumerate() {
-                    if (if d + 1 == nd { x } else { outer[d] }) > 0 {
-                        sum += buf[i - stride].to_f64();
-                        count += 1;
-                    }
-                }
-                if count == 0 {
-                    0.0
-                } else {
-                    sum / count as f64
-                }
+                absent_fill(buf, i, ps, outer, x)
             } else if !full.is_empty() {
                 // The largest class whose stencil is wholly stored: its cube less the point is
                 // the cubes one shorter, one step back along each dimension it reaches along.
@@ -540,6 +528,29 @@ fn walk_in<T: Element, V: Visit<T>>(
         }
     });
     out
+}
+
+/// An absent point's value: the mean of the points one step behind it along each dimension it
+/// is not on the lower face of (0 at the block's first point), summed from 0 in dimension order.
+#[inline(always)]
+fn absent_fill<T: Element>(buf: &[T], i: usize, ps: &[usize], outer: &[usize], x: usize) -> f64 {
+    let nd = ps.len();
+    if nd == 3 && x > 0 && outer[0] > 0 && outer[1] > 0 {
+        // Inside a 3-D block, where most absent points are: the same sum, unrolled.
+        return (0.0 + buf[i - ps[0]].to_f64() + buf[i - ps[1]].to_f64() + buf[i - 1].to_f64()) / 3.0;
+    }
+    let (mut sum, mut count) = (0.0, 0u32);
+    for (d, &stride) in ps.iter().enumerate() {
+        if (if d + 1 == nd { x } else { outer[d] }) > 0 {
+            sum += buf[i - stride].to_f64();
+            count += 1;
+        }
+    }
+    if count == 0 {
+        0.0
+    } else {
+        sum / count as f64
+    }
 }
 
 /// Codes a block of the walker's shape (`data` in C order, NaN at absent cells), partial
