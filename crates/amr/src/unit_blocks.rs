@@ -200,47 +200,48 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
         &self.chunks
     }
 
-    /// Calls `f(at, dst, row, src)` for each run of cells some box of chunk `k` gives a block,
-    /// box after box: `at` is the block's position in the chunk, `dst` the run's offset in
-    /// the block (C order), `row` its length along the last dimension, and `src` says where
-    /// the box holds it.
-    fn for_each_row(&self, k: usize, mut f: impl FnMut(usize, usize, usize, Source<'_, 'a, T>)) {
+    /// Calls `f(at, piece)` for each piece of a block some box of chunk `k` holds, box after
+    /// box: `at` is the block's position in the chunk, `piece` where the cells lie.
+    fn for_each_piece(&self, k: usize, mut f: impl FnMut(usize, &Piece<'a, T>)) {
         let tiling = self.tiling;
         let nd = tiling.ndim();
         let per = tiling.blocks_per_chunk();
+        let unit_strides = c_strides(&tiling.unit);
         let (chunk, touching) = &self.chunks[k];
         let chunk_first: Vec<i64> = (0..nd).map(|d| chunk[d] * per[d] as i64).collect();
-        let (mut lo, mut hi, mut starts_hi) = (vec![0i64; nd], vec![0i64; nd], vec![0i64; nd]);
         for b in touching.iter().map(|&i| &self.boxes[i]) {
             let shape = b.shape();
             let (data_lo, data_shape) = b.data_extent();
-            // Distance between neighbours along the last dimension in the data.
-            let stride = match b.layout {
-                Layout::C => 1,
-                Layout::Fortran => data_shape[..nd - 1].iter().product(),
+            let data_strides = match b.layout {
+                Layout::C => c_strides(&data_shape),
+                Layout::Fortran => {
+                    let mut s = vec![1usize; nd];
+                    for d in 1..nd {
+                        s[d] = s[d - 1] * data_shape[d - 1];
+                    }
+                    s
+                }
             };
+            let stored_strides = c_strides(&shape);
+            // The dimension along which the data is contiguous: rows run along it.
+            let inner = if b.layout == Layout::C { nd - 1 } else { 0 };
             let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d]).max(chunk_first[d])).collect();
             let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d]).min(chunk_first[d] + per[d] as i64 - 1)).collect();
             for_each_cell(&first, &last, |block| {
                 let blo = tiling.block_lo(block);
-                for d in 0..nd {
-                    lo[d] = blo[d].max(b.lo[d]);
-                    hi[d] = (blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]);
-                }
-                let at = offset(block, &chunk_first, &per, Layout::C);
-                // Row by row along the last dimension, which is contiguous in the block and in the
-                // stored-cell mask (and in the data, unless the box is in Fortran order).
-                let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
-                starts_hi.copy_from_slice(&hi);
-                starts_hi[nd - 1] = lo[nd - 1];
-                for_each_cell(&lo, &starts_hi, |start| {
-                    let stored = b.stored.map(|s| {
-                        let at = offset(start, &b.lo, &shape, Layout::C);
-                        &s[at..at + row]
-                    });
-                    let src = Source { data: b.data, first: offset(start, &data_lo, &data_shape, b.layout), stride, stored };
-                    f(at, offset(start, &blo, &tiling.unit, Layout::C), row, src)
-                });
+                let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
+                let extent: Vec<usize> =
+                    (0..nd).map(|d| ((blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]) - lo[d] + 1) as usize).collect();
+                let dot = |strides: &[usize], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * strides[d]).sum() };
+                let piece = Piece {
+                    data: b.data,
+                    extent,
+                    inner,
+                    src: (dot(&data_strides, &data_lo), data_strides.clone()),
+                    dst: (dot(&unit_strides, &blo), unit_strides.clone()),
+                    stored: b.stored.map(|s| (s, dot(&stored_strides, &b.lo), stored_strides.clone())),
+                };
+                f(offset(block, &chunk_first, &per, Layout::C), &piece);
             });
         }
     }
@@ -252,18 +253,29 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
         // Per block position in the chunk: its values and stored cells, made when a box first
         // reaches it.
         let mut blocks: Vec<Option<(Vec<T>, Vec<bool>)>> = vec![None; self.tiling.blocks_per_chunk().iter().product()];
-        self.for_each_row(k, |at, dst, row, src| {
+        self.for_each_piece(k, |at, piece| {
             let (values, mask) = blocks[at].get_or_insert_with(|| (vec![T::default(); n_unit], vec![false; n_unit]));
-            let (values, mask) = (&mut values[dst..dst + row], &mut mask[dst..dst + row]);
-            let data = &src.data[src.first..];
-            match (src.stored, src.stride) {
-                (None, 1) => values.copy_from_slice(&data[..row]),
-                (None, stride) => values.iter_mut().enumerate().for_each(|(k, v)| *v = data[k * stride]),
-                (Some(stored), stride) => {
-                    stored.iter().enumerate().filter(|&(_, &keep)| keep).for_each(|(k, _)| values[k] = data[k * stride])
+            let (n, step) = (piece.extent[piece.inner], piece.dst.1[piece.inner]);
+            piece.rows(|src, dst, stored| {
+                let data = &piece.data[src..src + n];
+                match &piece.stored {
+                    None => {
+                        for (r, &v) in data.iter().enumerate() {
+                            values[dst + r * step] = v;
+                            mask[dst + r * step] = true;
+                        }
+                    }
+                    Some((keep, _, strides)) => {
+                        let along = strides[piece.inner];
+                        for (r, &v) in data.iter().enumerate() {
+                            if keep[stored + r * along] {
+                                values[dst + r * step] = v;
+                                mask[dst + r * step] = true;
+                            }
+                        }
+                    }
                 }
-            }
-            mark(mask, src.stored);
+            });
         });
         blocks
             .into_iter()
@@ -296,8 +308,13 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
     pub fn block_info(&self, k: usize) -> Vec<BlockInfo> {
         let n_unit: usize = self.tiling.unit.iter().product();
         let mut masks: Vec<Option<Vec<bool>>> = vec![None; self.tiling.blocks_per_chunk().iter().product()];
-        self.for_each_row(k, |at, dst, row, src| {
-            mark(&mut masks[at].get_or_insert_with(|| vec![false; n_unit])[dst..dst + row], src.stored)
+        self.for_each_piece(k, |at, piece| {
+            let mask = masks[at].get_or_insert_with(|| vec![false; n_unit]);
+            let (n, step) = (piece.extent[piece.inner], piece.dst.1[piece.inner]);
+            piece.rows(|_, dst, stored| match &piece.stored {
+                None => (0..n).for_each(|r| mask[dst + r * step] = true),
+                Some((keep, _, strides)) => (0..n).for_each(|r| mask[dst + r * step] |= keep[stored + r * strides[piece.inner]]),
+            });
         });
         masks
             .into_iter()
@@ -309,21 +326,39 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
     }
 }
 
-/// Where a box holds a run of a block's cells: `data[first + k * stride]` for the `k`th, stored
-/// where `stored` says (all when `None`).
-struct Source<'s, 'a, T> {
+/// The cells a box holds of one block: an `extent` of cells whose `k`th along each dimension
+/// lies at offset `o + sum k[d] * strides[d]` of the box's data (`src`), of the block (`dst`)
+/// and of the box's stored-cell mask (`stored`, all stored when `None`). Rows run along
+/// `inner`, where the data is contiguous.
+struct Piece<'a, T> {
     data: &'a [T],
-    first: usize,
-    stride: usize,
-    stored: Option<&'s [bool]>,
+    extent: Vec<usize>,
+    inner: usize,
+    src: (usize, Vec<usize>),
+    dst: (usize, Vec<usize>),
+    stored: Option<(&'a [bool], usize, Vec<usize>)>,
 }
 
-/// Marks the cells of a run a box stores.
-fn mark(mask: &mut [bool], stored: Option<&[bool]>) {
-    match stored {
-        None => mask.fill(true),
-        Some(s) => mask.iter_mut().zip(s).for_each(|(m, &keep)| *m |= keep),
+impl<T> Piece<'_, T> {
+    /// Calls `f(src, dst, stored)` for each row along `inner`: the offsets of its first cell in
+    /// the data, the block and the stored-cell mask (0 when all are stored).
+    fn rows(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let mut outer = self.extent.clone();
+        outer[self.inner] = 1;
+        for_each_index(&outer, |k| {
+            let at = |(o, strides): (usize, &[usize])| o + k.iter().zip(strides).map(|(&i, &s)| i * s).sum::<usize>();
+            let stored = self.stored.as_ref().map_or(0, |(_, o, s)| at((*o, s)));
+            f(at((self.src.0, &self.src.1)), at((self.dst.0, &self.dst.1)), stored);
+        });
     }
+}
+
+fn c_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
 }
 
 /// Writes the stored cells of `blocks` (those of `chunk`) that fall in `region_lo..=region_hi`
