@@ -548,11 +548,21 @@ impl Snapshot {
                     apply_offset(&mut values, a.codec.offset);
                     let (Some(finer), Some(fine_level)) = (finer, self.geometry.get(level + 1)) else { return Ok(values) };
                     for piece in self.geometry[level].coverage.pieces(b) {
+                        let region = piece.refine(&lev.ref_ratio, node);
+                        let meeting = fine_level.boxes.meeting(&region);
+                        if let [f] = meeting[..] {
+                            let fine_box = &fine_level.boxes.boxes()[f];
+                            if node.iter().all(|&n| !n) && fine_box.contains(&region) {
+                                // One fine box holds the piece's fine cells (AMReX's coarsenable
+                                // boxes): averaged straight into the box.
+                                restrict_into(&finer[f], fine_box, &piece, &lev.ref_ratio, &mut values, b);
+                                continue;
+                            }
+                        }
                         // The fine cells over the piece, from every fine box holding some (NaN
                         // elsewhere), as a region read of the finer level gives them.
-                        let region = piece.refine(&lev.ref_ratio, node);
                         let mut fine = nan::<T>(region.cells().expect("inside the finer level"))?;
-                        for f in fine_level.boxes.meeting(&region) {
+                        for f in meeting {
                             let fine_box = &fine_level.boxes.boxes()[f];
                             let part = fine_box.intersect(&region).expect("meeting boxes intersect");
                             copy_box(&finer[f], fine_box, &mut fine, &region, &part);
@@ -869,6 +879,40 @@ fn copy_box<T: Copy>(src: &[T], src_box: &IBox, dst: &mut [T], dst_box: &IBox, p
 /// Pastes `coarse` (an array over `piece`) into `dst` (an array over `dst_box`).
 fn paste<T: Copy>(dst: &mut [T], dst_box: &IBox, coarse: &[T], piece: &IBox) {
     copy_box(coarse, piece, dst, dst_box, piece);
+}
+
+/// `restrict` of the fine cells over the cell-centred coarse box `piece` (refined by `ratio`,
+/// inside `fine_box`, over which `fine` lies) written into `dst` (over `dst_box`, which holds
+/// `piece`), without gathering them first: each coarse cell's fine rows along the last
+/// dimension summed on their own and added in, in C order, as `restrict` sums them.
+fn restrict_into<T: Element>(fine: &[T], fine_box: &IBox, piece: &IBox, ratio: &[i64], dst: &mut [T], dst_box: &IBox) {
+    let nd = piece.ndim();
+    let last = nd - 1;
+    let count: f64 = ratio.iter().map(|&r| r as f64).product();
+    let (r_last, width) = (ratio[last] as usize, (piece.hi[last] - piece.lo[last] + 1) as usize);
+    let fine_stride: Vec<usize> = (0..nd).map(|d| ((d + 1)..nd).map(|e| (fine_box.hi[e] - fine_box.lo[e] + 1) as usize).product()).collect();
+    let mut sums = vec![0.0f64; width];
+    let mut rows = piece.clone();
+    rows.hi[last] = piece.lo[last];
+    let mut first = vec![0i64; nd];
+    for_each_cell(&rows, |coarse| {
+        sums.fill(0.0);
+        for d in 0..nd {
+            first[d] = coarse[d] * ratio[d];
+        }
+        let start = fine_box.offset_c(&first);
+        // The fine rows of this row of coarse cells, in C order.
+        amrzip_codec::for_each_index(&ratio[..last].iter().map(|&r| r as usize).collect::<Vec<_>>(), |k| {
+            let at = start + k.iter().zip(&fine_stride).map(|(&i, &s)| i * s).sum::<usize>();
+            for (c, sum) in sums.iter_mut().enumerate() {
+                *sum += fine[at + c * r_last..at + (c + 1) * r_last].iter().fold(0.0, |s, x| s + x.to_f64());
+            }
+        });
+        let at = dst_box.offset_c(coarse);
+        for (o, &s) in dst[at..at + width].iter_mut().zip(&sums) {
+            *o = T::from_f64(s / count);
+        }
+    });
 }
 
 /// Coarse values from the fine ones over them (`fine` over `fine_box`): cells average their
