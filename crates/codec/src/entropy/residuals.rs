@@ -162,21 +162,8 @@ impl<'a> Layout<'a> {
 /// Codes the residuals of the symbols `layout` lays out through `coder`, `d(i)` giving the
 /// `i`-th (when encoding); returns each residual coded to `out`.
 fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32, mut out: impl FnMut(i32) -> Result<()>) -> Result<()> {
-    let mut w = Window::new();
-    let mut prev_negative = false;
+    let mut state = State { w: Window::new(), prev_negative: false };
     let mut i = 0;
-    // Codes symbol i in the context of `spatial` (the neighbours' sum, in the window's units;
-    // without neighbours, the window counts twice); returns its capped magnitude.
-    let mut code = |spatial: Option<u32>, i: usize| -> Result<u32> {
-        let r = coder.code(class(w.sum + spatial.unwrap_or(w.sum)), prev_negative, d(i))?;
-        out(r)?;
-        if r != 0 {
-            prev_negative = r < 0;
-        }
-        let m = r.unsigned_abs().min(CAP);
-        w.push(m);
-        Ok(m)
-    };
     let n = layout.cells.len();
     let count = layout.count as usize;
     // The capped magnitudes of the block's cells walked so far (0 where not stored), and a 0
@@ -186,7 +173,9 @@ fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32,
         match *part {
             Part::Run(len) => {
                 for _ in 0..len {
-                    code(None, i)?;
+                    // Without neighbours in space, the window counts twice.
+                    let r = state.code(coder, state.w.sum, d(i))?;
+                    out(r)?;
                     i += 1;
                 }
             }
@@ -205,13 +194,35 @@ fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32,
                         3 => sum / 3,
                         c => sum / c as u32,
                     };
-                    mags[k] = code(Some(spatial), i)?;
+                    let r = state.code(coder, spatial, d(i))?;
+                    out(r)?;
+                    mags[k] = r.unsigned_abs().min(CAP);
                     i += 1;
                 }
             }
         }
     }
     Ok(())
+}
+
+/// What the contexts remember of the residuals coded so far.
+struct State {
+    w: Window,
+    prev_negative: bool,
+}
+
+impl State {
+    /// Codes residual `d` (ignored when decoding) in the context of `spatial`, the neighbours'
+    /// sum in the window's units; returns the residual coded.
+    #[inline(always)]
+    fn code(&mut self, coder: &mut impl SymbolCoder, spatial: u32, d: i32) -> Result<i32> {
+        let r = coder.code(class(self.w.sum + spatial), self.prev_negative, d)?;
+        if r != 0 {
+            self.prev_negative = r < 0;
+        }
+        self.w.push(r.unsigned_abs().min(CAP));
+        Ok(r)
+    }
 }
 
 /// The context class of a sum: its bit length (at most 16, the sum being below `2^16`).
