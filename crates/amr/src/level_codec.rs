@@ -149,6 +149,9 @@ fn encoder<T: Element>(
         Some(c) if !retune || c.unit() == &tiling.unit[..] => return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block),
         c => c,
     };
+    if let Some(fixed) = BlockSetEncoder::fixed(&tiling.unit, config, eb, adaptive_block) {
+        return fixed;
+    }
     let per_chunk: Vec<Vec<BlockInfo>> = (0..plan.chunks().len()).into_par_iter().map(|k| plan.block_info(k)).collect();
     // The chunk and the index in it of every block, in block order.
     let at: Vec<(usize, usize)> = per_chunk.iter().enumerate().flat_map(|(k, c)| (0..c.len()).map(move |i| (k, i))).collect();

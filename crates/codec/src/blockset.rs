@@ -269,13 +269,11 @@ impl BlockSetEncoder {
         if let Some(c) = made.filter(|c| c.weights.is_some() || !matches!(c.predictor, Predictor::Interpolation(_))) {
             return BlockSetEncoder::with_choice(c, unit, config, eb, adaptive_block);
         }
-        check_unit(unit)?;
-        let edge = *unit.iter().max().unwrap_or(&1);
-        if let Some(predictor) = selection::fixed_for_blocks(config, unit.len(), eb, regression_block(unit.len(), edge, adaptive_block)) {
-            let choice = Choice { predictor, weights: None, unit: unit.to_vec() };
-            return BlockSetEncoder::with_choice(&choice, unit, config, eb, adaptive_block);
+        if let Some(fixed) = BlockSetEncoder::fixed(unit, config, eb, adaptive_block) {
+            return fixed;
         }
         let q = checked_quantizer(eb)?;
+        let edge = *unit.iter().max().unwrap_or(&1);
         // Full blocks judge best; partial ones (absent cells marked) join when full ones are few.
         let fits: Vec<usize> = (0..info.len()).filter(|&i| info[i].fits).collect();
         let (full, partial): (Vec<usize>, Vec<usize>) = fits.iter().partition(|&&i| info[i].full);
@@ -300,6 +298,18 @@ impl BlockSetEncoder {
             selection::choose_for_blocks(&samples, judge, &q, config, regression_block(unit.len(), edge, adaptive_block), cells)
         };
         BlockSetEncoder::with_choice(&Choice { predictor, weights, unit: unit.to_vec() }, unit, config, eb, adaptive_block)
+    }
+
+    /// The encoder of blocks of shape `unit` when there is nothing to choose (one candidate
+    /// predictor and no fitted prediction to try: the speed preset, a predictor asked for,
+    /// lossless), so that no block need be looked at; `None` otherwise.
+    pub fn fixed(unit: &[usize], config: &Config, eb: f64, adaptive_block: bool) -> Option<Result<BlockSetEncoder>> {
+        if let Err(e) = check_unit(unit) {
+            return Some(Err(e));
+        }
+        let edge = *unit.iter().max().unwrap_or(&1);
+        let predictor = selection::fixed_for_blocks(config, unit.len(), eb, regression_block(unit.len(), edge, adaptive_block))?;
+        Some(BlockSetEncoder::with_choice(&Choice { predictor, weights: None, unit: unit.to_vec() }, unit, config, eb, adaptive_block))
     }
 
     /// An encoder using `choice` (another encoder's, for blocks of any shape of its
