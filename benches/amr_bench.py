@@ -512,9 +512,11 @@ def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
                                          if (r.dataset, r.field, r.method) == (d, f, m)]
     cell = lambda q: "n/a" if q is None else f"{q['geomean']:.2f} ({q['min']:.2f}-{q['max']:.2f})"  # noqa: E731
     summary = {"reference": ref, "ratio": "payload", "cases": []}
-    rows, meta_rows = [], []
+    rows, meta_rows, speed_rows = [], [], []
     # for information: ours with its metadata counted, against the baselines (which carry none)
     meta_others = [m for m in others if m in BASELINES] if ref == "ours" else []
+    # the speed preset against the baselines, when both ran
+    speed_others = [m for m in methods if m in BASELINES] if "ours-speed" in methods else []
     for d, f in cases:
         case = {"dataset": d, "field": f}
         cells = [f"{d}/{f}"]
@@ -530,6 +532,14 @@ def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
                 case["incl_meta"][m] = q
                 meta_cells.append(cell(q))
             meta_rows.append(meta_cells)
+        if speed_others:
+            case["speed"] = {}
+            speed_cells = [f"{d}/{f}"]
+            for m in speed_others:
+                q = am.ratio_at_equal_psnr(curve(d, f, "ours-speed"), curve(d, f, m))
+                case["speed"][m] = q
+                speed_cells.append(cell(q))
+            speed_rows.append(speed_cells)
         summary["cases"].append(case)
         rows.append(cells)
     lines = [f"## Rate-distortion: ratio({ref}) / ratio(method) at equal PSNR", "",
@@ -545,6 +555,9 @@ def rate_distortion(runs: list[Run]) -> tuple[str, dict]:
                   "level, large beside a small or very smooth "
                   "field's payload.", "",
                   markdown_table(["dataset/field"] + [f"vs {m}" for m in meta_others], meta_rows)]
+    if speed_rows:
+        lines += ["", "The speed preset against the baselines (ratio(ours-speed) / ratio(method), payload ratios):", "",
+                  markdown_table(["dataset/field"] + [f"vs {m}" for m in speed_others], speed_rows)]
     if ref != "ours":
         lines += ["", "(ours not run: the table compares the baselines with per-box 3-D SZ3 instead)"]
     return "\n".join(lines), summary
