@@ -190,12 +190,15 @@ fn compress_prepared<T: Element>(prepared: Prepared<T>, config: &Config) -> Resu
     prepared.or_in_context(config, huffman)
 }
 
-/// Streams of at most this many symbols (one segment) are also coded in context. With every
-/// stream coded in context where smaller, the 256^3 synthetic fields of codec_bench came out
-/// 0-19% smaller (6% geomean), but ratio mode compressed at 0.79x and decompressed at 0.66x
-/// SZ3's speed, against 1.75x and 1.87x with Huffman codes; the arrays of AMR levels and boxes,
-/// and HDF5 chunks, are mostly far smaller, and there it saves the most (no table to store).
-const CONTEXT_SYMBOLS: usize = 1 << 20;
+/// Streams of more than one segment take the context coding only where it is at least this
+/// much smaller: its symbols decode 2-3x slower than Huffman codes (each symbol's context waits
+/// for the one before), so a percent or two is not worth it, where 7-19% on the 256^3
+/// lognormal, climate and smooth synthetic fields at rel 1e-3..1e-5 is (codec_bench; the
+/// turbulent field gains 1% and keeps Huffman codes).
+const LARGE_CONTEXT_GAIN: f64 = 0.95;
+/// Segments of a larger stream coded in context first, to estimate whether the whole stream
+/// would pay (coding it in context costs about as much as predicting it).
+const SAMPLE_SEGMENTS: usize = 3;
 
 /// An array predicted and quantized, waiting for its codebook.
 pub struct Prepared<T> {
@@ -260,23 +263,44 @@ impl<T: Element> Prepared<T> {
         Ok(self.write(config, source, stored, raws, |frame| frames::packed_frame(config.preset, frame)))
     }
 
-    /// `coded` (this array's stream with Huffman codes), or in ratio mode for at most
-    /// `CONTEXT_SYMBOLS` symbols, the stream coded in context if that is smaller.
+    /// `coded` (this array's stream with Huffman codes), or in ratio mode the stream coded in
+    /// context if that is smaller (by `LARGE_CONTEXT_GAIN` beyond one segment, where a sample of
+    /// segments must first promise it).
     pub(crate) fn or_in_context(&self, config: &Config, coded: Vec<u8>) -> Result<Vec<u8>> {
-        let symbols: usize = self.chunks.iter().map(|c| c.coded.symbols.len()).sum();
-        if config.preset != Preset::Ratio || symbols > CONTEXT_SYMBOLS {
+        if config.preset != Preset::Ratio {
             return Ok(coded);
         }
+        let segments = self.segments();
+        let gain = if segments.len() > 1 { LARGE_CONTEXT_GAIN } else { 1.0 };
+        if segments.len() > SAMPLE_SEGMENTS {
+            // Evenly spread: interpolation's symbols run from the coarsest lattice to the finest.
+            let n = segments.len();
+            let sample: Vec<&[u16]> = (0..SAMPLE_SEGMENTS).map(|j| segments[(2 * j + 1) * n / (2 * SAMPLE_SEGMENTS)]).collect();
+            let (coder, sample_coded) = ContextCoder::choose(&sample, self.zero());
+            let per_symbol = sample_coded.iter().map(Vec::len).sum::<usize>() as f64 / sample.iter().map(|s| s.len()).sum::<usize>() as f64;
+            let total: usize = segments.iter().map(|s| s.len()).sum();
+            if coder.stored().len() as f64 + per_symbol * total as f64 >= gain * coded.len() as f64 {
+                return Ok(coded);
+            }
+        }
         let in_context = self.finish_in_context(config)?;
-        Ok(if in_context.len() < coded.len() { in_context } else { coded })
+        Ok(if (in_context.len() as f64) < gain * coded.len() as f64 { in_context } else { coded })
+    }
+
+    /// The chunks' symbols in segments, in stream order.
+    fn segments(&self) -> Vec<&[u16]> {
+        self.chunks.iter().flat_map(|c| c.coded.symbols.chunks(SEGMENT_SYMBOLS)).collect()
+    }
+
+    /// The symbol of residual 0.
+    fn zero(&self) -> u16 {
+        Quantizer::new(self.eb, DEFAULT_RADIUS).zero_symbol()
     }
 
     /// Codes the chunks' symbols in context (`ContextCoder::choose` over all their segments)
     /// and writes the stream. The coded symbols do not compress: the lossless stage stores them.
     fn finish_in_context(&self, config: &Config) -> Result<Vec<u8>> {
-        let zero = Quantizer::new(self.eb, DEFAULT_RADIUS).zero_symbol();
-        let segments: Vec<&[u16]> = self.chunks.iter().flat_map(|c| c.coded.symbols.chunks(SEGMENT_SYMBOLS)).collect();
-        let (coder, coded) = ContextCoder::choose(&segments, zero);
+        let (coder, coded) = ContextCoder::choose(&self.segments(), self.zero());
         let mut coded = coded.into_iter();
         let raws = self
             .chunks
