@@ -5,7 +5,7 @@
 //! cell do not exist.
 
 use amrzip_codec::blockset::{Block, BlockInfo};
-use amrzip_codec::{for_each_index, Element};
+use amrzip_codec::{for_each_index, strides, Element};
 use std::collections::BTreeMap;
 
 /// Memory order of a box's array indexed `[i, j, k]`.
@@ -206,14 +206,14 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
         let tiling = self.tiling;
         let nd = tiling.ndim();
         let per = tiling.blocks_per_chunk();
-        let unit_strides = c_strides(&tiling.unit);
+        let unit_strides = strides(&tiling.unit);
         let (chunk, touching) = &self.chunks[k];
         let chunk_first: Vec<i64> = (0..nd).map(|d| chunk[d] * per[d] as i64).collect();
         for b in touching.iter().map(|&i| &self.boxes[i]) {
             let shape = b.shape();
             let (data_lo, data_shape) = b.data_extent();
             let data_strides = match b.layout {
-                Layout::C => c_strides(&data_shape),
+                Layout::C => strides(&data_shape),
                 Layout::Fortran => {
                     let mut s = vec![1usize; nd];
                     for d in 1..nd {
@@ -222,7 +222,7 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
                     s
                 }
             };
-            let stored_strides = c_strides(&shape);
+            let stored_strides = strides(&shape);
             // The dimension along which the data is contiguous: rows run along it.
             let inner = if b.layout == Layout::C { nd - 1 } else { 0 };
             let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d]).max(chunk_first[d])).collect();
@@ -232,7 +232,7 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
                 let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
                 let extent: Vec<usize> =
                     (0..nd).map(|d| ((blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]) - lo[d] + 1) as usize).collect();
-                let dot = |strides: &[usize], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * strides[d]).sum() };
+                let dot = |step: &[usize], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * step[d]).sum() };
                 let piece = Piece {
                     data: b.data,
                     extent,
@@ -351,14 +351,6 @@ impl<T> Piece<'_, T> {
             f(at((self.src.0, &self.src.1)), at((self.dst.0, &self.dst.1)), stored);
         });
     }
-}
-
-fn c_strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
 }
 
 /// Writes the stored cells of `blocks` (those of `chunk`) that fall in `region_lo..=region_hi`

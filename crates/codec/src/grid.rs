@@ -2,6 +2,7 @@
 //! coded boxes (the unit of parallelism and of random access), and copies between an array
 //! and one of its chunks.
 
+/// The C-order strides of `shape`: how many elements one step along each dimension moves.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {

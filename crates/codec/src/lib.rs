@@ -39,7 +39,7 @@ pub use bytes::join_into;
 pub use element::{DType, Element};
 pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
-pub use grid::for_each_index;
+pub use grid::{for_each_index, strides};
 pub use predictor::PredictorKind;
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
