@@ -3,28 +3,28 @@
 
 use amrzip_codec::{compress, decompress, info, CodebookSource, Config, ErrorBound};
 
-/// A field whose roughness switches between quiet and busy regions (a lognormal density's voids
-/// and halos, say): residual sizes that one Huffman code cannot follow.
-fn regional(n: usize, seed: u64) -> Vec<f64> {
+/// Uniform draws in [-0.5, 0.5) (xorshift64).
+fn noise(seed: u64) -> impl FnMut() -> f64 {
     let mut x = seed;
-    let mut next = move || {
+    move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    };
+    }
+}
+
+/// A field whose roughness switches between quiet and busy regions (a lognormal density's voids
+/// and halos, say): residual sizes that one Huffman code cannot follow.
+fn regional(n: usize, seed: u64) -> Vec<f64> {
+    let mut next = noise(seed);
     (0..n).map(|i| (i as f64 * 1e-4).sin() + next() * if (i / 4096) % 3 == 0 { 0.05 } else { 5e-5 }).collect()
 }
 
 /// Uniform noise of one amplitude: residuals of one size everywhere, nothing for contexts.
 fn even(n: usize, seed: u64) -> Vec<f64> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect()
+    let mut next = noise(seed);
+    (0..n).map(|_| next()).collect()
 }
 
 fn round_trip(data: &[f64], rel: f64) -> CodebookSource {
