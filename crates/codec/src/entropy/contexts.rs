@@ -15,6 +15,7 @@ use super::rans::{self, Tables};
 use super::residuals::{self, Layout, Start};
 use crate::bytes::ByteReader;
 use crate::error::{corrupt, Result};
+use std::ops::Range;
 
 /// Arrays of at most this many symbols are also tried with the adaptive coder: beyond, its
 /// one-decision-at-a-time coding costs more time than the bytes it saves are worth.
@@ -70,6 +71,29 @@ impl ContextCoder {
         } else {
             (tabled, coded)
         }
+    }
+
+    /// The bytes the tabled coder would take for a stream that `sample` stands for: blocks of its
+    /// segments (residual 0 at `zero`), each a range of a segment's symbols standing for `weight`
+    /// (>= 1) such blocks. Each block is modelled from a window before it, as the stream codes it.
+    /// The tables learnt from the weighted counts as stored, and the tokens' ideal code lengths
+    /// under them with their extra bits; nothing is coded.
+    pub fn estimate(sample: &[(&[u16], Range<usize>, f64)], zero: u16) -> f64 {
+        use rayon::prelude::*;
+        let models: Vec<(rans::Encoder, usize)> = sample
+            .par_iter()
+            .map(|(segment, block, _)| {
+                let from = block.start.saturating_sub(residuals::WINDOW);
+                (residuals::model(&segment[from..block.end], zero, &Layout::plain(block.end - from)), block.start - from)
+            })
+            .collect();
+        let mut counts = rans::Counts::new(residuals::CONTEXTS);
+        for ((model, skip), &(_, _, weight)) in models.iter().zip(sample) {
+            model.count_weighted(&mut counts, *skip, weight);
+        }
+        let tables = counts.tables();
+        let bits = counts.coded_bits(&tables);
+        ContextCoder::Tabled(tables).stored().len() as f64 + bits / 8.0
     }
 
     /// What the header keeps: `coder u8 (0 adaptive, 1 tabled) | the tables (tabled)`.
@@ -139,6 +163,23 @@ mod tests {
         assert_eq!(round_trip(&[noisy(500, 3, zero, 1)], zero), ContextCoder::Adaptive);
         let big: Vec<Vec<u16>> = (0..3).map(|k| noisy(200_000, 40, zero, k)).collect();
         assert!(matches!(round_trip(&big, zero), ContextCoder::Tabled(_)));
+    }
+
+    #[test]
+    fn estimates_come_near_the_coded_size() {
+        let zero = 32768;
+        let segments: Vec<Vec<u16>> = (0..3).map(|k| noisy(300_000, [2, 40, 900][k as usize], zero, k)).collect();
+        let views: Vec<&[u16]> = segments.iter().map(|s| &s[..]).collect();
+        let (coder, coded) = ContextCoder::choose(&views, zero);
+        let size = (coder.stored().len() + coded.iter().map(Vec::len).sum::<usize>()) as f64;
+        // Every symbol, then every other block standing for two.
+        let whole: Vec<(&[u16], Range<usize>, f64)> = views.iter().map(|&s| (s, 0..s.len(), 1.0)).collect();
+        let halves: Vec<(&[u16], Range<usize>, f64)> =
+            views.iter().flat_map(|&s| (0..s.len()).step_by(2000).map(move |i| (s, i..s.len().min(i + 1000), 2.0))).collect();
+        for (sample, within) in [(whole, 0.001), (halves, 0.01)] {
+            let estimate = ContextCoder::estimate(&sample, zero);
+            assert!((estimate / size - 1.0).abs() < within, "estimate {estimate:.0}, coded {size}");
+        }
     }
 
     #[test]

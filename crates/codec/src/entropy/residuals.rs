@@ -24,7 +24,7 @@ use crate::bytes::{put_varint, ByteReader};
 use crate::error::{corrupt, Result};
 
 const CLASSES: usize = 17;
-const WINDOW: usize = 8;
+pub const WINDOW: usize = 8;
 const CAP: u32 = (1 << 12) - 1;
 /// Bit lengths of a residual magnitude: up to 16 (|d| <= 32768).
 const LENGTHS: usize = 16;
