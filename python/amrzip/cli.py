@@ -36,7 +36,7 @@ from rich.progress import (
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, amr_demo, capi, demo, streaming
+from amrzip import _arrayfile, amr_demo, capi, demo, parallel, streaming
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
@@ -745,26 +745,39 @@ def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit,
         )
     if chosen != h.fields:
         h = _only_fields(h, chosen)
+    # Under an MPI launcher every rank reads and compresses its share of the boxes.
+    comm = parallel.world()
+    lead = comm is None or comm.Get_rank() == 0
+    options = dict(rel=rel_bound, abs=abs_bound, bounds=bounds or None, snapshot=snapshot, mode=mode, unit=unit, chunk=chunk, threads=threads)
     try:
         itemsize = {f: np.dtype(h.dtype(f)).itemsize for f in h.fields}
         pieces = {f"level {L} field {f}": lev.num_cells * itemsize[f] for L, lev in enumerate(h.levels) for f in h.fields}
-        with _write_progress(f"converting {source.name}", pieces) as report:
+        with _write_progress(f"converting {source.name}", pieces if lead else {}) as report:
             start = time.perf_counter()
-            summary = amrzip.write(
-                h, store, rel=rel_bound, abs=abs_bound, bounds=bounds or None, snapshot=snapshot, mode=mode, unit=unit,
-                chunk=chunk, threads=threads, progress=report,
-            )
+            if comm is None:
+                summary = amrzip.write(h, store, progress=report, **options)
+            else:
+                summary = parallel.write_from(comm, h, store, progress=report, **options)
             seconds = time.perf_counter() - start
     except FileExistsError as e:  # the snapshot exists, or OUT is something other than a store
         hint = "; choose another name with --snapshot" if "already exists" in str(e) else ""
-        raise click.ClickException(f"{e}{hint}") from None
+        _stop(lead, f"{e}{hint}")
     except ValueError as e:  # OUT is a damaged store, or data that cannot be read or stored
-        raise click.ClickException(str(e)) from None
+        _stop(lead, str(e))
+    if not lead:
+        return
     original, stored = summary["original_bytes"], summary["stored_bytes"]
     click.echo(
         f"{source} -> {summary['path']}: {_plural(h.num_levels, 'level')}, {_plural(len(h.fields), 'field')}, "
         f"{_size(original)} -> {_size(stored)}, ratio {summary['ratio']:.2f}, {seconds:.2f} s, {_rate(original, seconds)}"
     )
+
+
+def _stop(lead: bool, message: str):
+    """Stops with `message`, which only the lead process of a parallel run prints."""
+    if lead:
+        raise click.ClickException(message) from None
+    sys.exit(1)
 
 
 def _stdout_console() -> Console:

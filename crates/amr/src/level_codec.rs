@@ -4,7 +4,7 @@
 //! decodes on its own and a region read decodes only the chunks it touches.
 
 use crate::unit_blocks::{scatter, BoxView, ChunkPlan, Tiling};
-use amrzip_codec::blockset::{self, Block, BlockInfo, BlockSetEncoder, Choice, PredictedBlock, PredictedSet, SharedCodebook};
+use amrzip_codec::blockset::{self, Block, BlockInfo, BlockSetEncoder, Choice, Pool, PredictedBlock, PredictedSet, SharedCodebook};
 use amrzip_codec::{CodecError, Config, Element, Result};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +26,24 @@ pub struct LevelStreams {
     /// With `measure`: the sum of (decoded - original) over the stored finite cells, as the
     /// encoder rebuilt them, and how many cells it covers.
     pub error: Option<(f64, u64)>,
+    /// With `measure`: per chunk (as `chunks`), its part of `error`. `error` sums them in
+    /// lattice order, so a writer with the chunks spread over processes sums them the same way.
+    pub chunk_errors: Vec<(f64, u64)>,
+}
+
+/// A level whose boxes are spread over processes (a parallel write), each coding its part: the
+/// predictor choice sees every process's blocks and the shared tables pool every process's
+/// statistics, so that each codes its part as one process coding the whole level would.
+pub trait Spread<T>: Pool {
+    /// Every block of the level with `tiling`, chunk after chunk in lattice order.
+    fn info(&self, tiling: &Tiling) -> Vec<BlockInfo>;
+    /// The blocks at `picked` (indexes into `info`), in that order.
+    fn fetch(&self, tiling: &Tiling, picked: &[usize]) -> Vec<Block<T>>;
+}
+
+/// Sums per-chunk errors in order, as `LevelStreams::error` does.
+pub fn sum_errors(errors: impl IntoIterator<Item = (f64, u64)>) -> (f64, u64) {
+    errors.into_iter().fold((0.0, 0), |(s, n), (a, b)| (s + a, n + b))
 }
 
 fn invalid(m: String) -> CodecError {
@@ -49,9 +67,10 @@ pub fn compress_level<T: Element>(
     measure: bool,
     first_table: u32,
     choice: Option<&Choice>,
+    spread: Option<&dyn Spread<T>>,
 ) -> Result<LevelStreams> {
     let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
-    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, true)?.measuring(measure);
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, true, spread)?.measuring(measure);
     // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes wait for
     // the shared tables.
     let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = (0..plan.chunks().len())
@@ -72,7 +91,7 @@ pub fn compress_level<T: Element>(
             counts.add(&c);
         }
     }
-    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, false)?;
+    let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, false, spread.map(|s| s as &dyn Pool))?;
     Ok(LevelStreams::of(&encoder, &sets, &codebooks, indices.into_iter().zip(bytes).collect(), &counts))
 }
 
@@ -96,16 +115,24 @@ impl LevelStreams {
             stored_cells: counts.stored,
             // The encoder rebuilt each block as a decoder will; summed chunk by chunk in
             // lattice order, so the result does not depend on threads.
-            error: sets.iter().map(PredictedSet::error).try_fold((0.0, 0), |(s, n), e| e.map(|(a, b)| (s + a, n + b))),
+            error: sets.iter().map(PredictedSet::error).collect::<Option<Vec<_>>>().map(sum_errors),
+            chunk_errors: sets.iter().filter_map(PredictedSet::error).collect(),
         }
     }
 }
 
 /// The predictor choice for the stored cells of `boxes` cut by `tiling`'s unit blocks, made on
 /// blocks spread over all of them, as `compress_level` makes it (see there for the arguments).
-pub fn choose_predictor<T: Element>(boxes: &[BoxView<T>], tiling: &Tiling, config: &Config, eb: f64, adaptive_block: bool) -> Result<Choice> {
+pub fn choose_predictor<T: Element>(
+    boxes: &[BoxView<T>],
+    tiling: &Tiling,
+    config: &Config,
+    eb: f64,
+    adaptive_block: bool,
+    spread: Option<&dyn Spread<T>>,
+) -> Result<Choice> {
     let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
-    Ok(encoder(&plan, tiling, config, eb, adaptive_block, None, false)?.choice())
+    Ok(encoder(&plan, tiling, config, eb, adaptive_block, None, false, spread)?.choice())
 }
 
 /// How many blocks, partial blocks and stored cells.
@@ -136,6 +163,7 @@ impl BlockCounts {
 /// chunks' masks are gathered to see which blocks there are, the values of those sampled. With
 /// `retune`, a choice made on unit blocks of another shape has its interpolation settings tuned
 /// again on these (see `BlockSetEncoder::choose`).
+#[allow(clippy::too_many_arguments)]
 fn encoder<T: Element>(
     plan: &ChunkPlan<T>,
     tiling: &Tiling,
@@ -144,13 +172,28 @@ fn encoder<T: Element>(
     adaptive_block: bool,
     choice: Option<&Choice>,
     retune: bool,
+    spread: Option<&dyn Spread<T>>,
 ) -> Result<BlockSetEncoder> {
     let made = match choice {
-        Some(c) if !retune || c.unit() == &tiling.unit[..] => return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block),
+        Some(c) if !retune || c.unit() == &tiling.unit[..] => {
+            return BlockSetEncoder::with_choice(c, &tiling.unit, config, eb, adaptive_block)
+        }
         c => c,
     };
     if let Some(fixed) = BlockSetEncoder::fixed(&tiling.unit, config, eb, adaptive_block) {
         return fixed;
+    }
+    if let Some(spread) = spread {
+        let info = spread.info(tiling);
+        return BlockSetEncoder::choose(
+            &info,
+            |picked: &[usize]| spread.fetch(tiling, picked),
+            &tiling.unit,
+            config,
+            eb,
+            adaptive_block,
+            made,
+        );
     }
     let per_chunk: Vec<Vec<BlockInfo>> = (0..plan.chunks().len()).into_par_iter().map(|k| plan.block_info(k)).collect();
     // The chunk and the index in it of every block, in block order.
@@ -175,10 +218,15 @@ fn encode_sets<T: Element>(
     shared: bool,
     first: u32,
     trial: bool,
+    pool: Option<&dyn Pool>,
 ) -> Result<(Vec<SharedCodebook>, Vec<Vec<u8>>)> {
-    let groups: Vec<&[PredictedSet<T>]> = if shared { vec![sets] } else { sets.chunks(1).collect() };
-    let coded: Vec<(SharedCodebook, Vec<Vec<u8>>)> =
-        groups.par_iter().enumerate().map(|(k, group)| encoder.encode_sets(group, first + k as u32, !trial)).collect::<Result<_>>()?;
+    // One table pooled over the processes, or one per set of this process.
+    let (groups, pool): (Vec<&[PredictedSet<T>]>, _) = if shared { (vec![sets], pool) } else { (sets.chunks(1).collect(), None) };
+    let coded: Vec<(SharedCodebook, Vec<Vec<u8>>)> = groups
+        .par_iter()
+        .enumerate()
+        .map(|(k, group)| encoder.encode_sets(group, first + k as u32, !trial, pool))
+        .collect::<Result<_>>()?;
     let (codebooks, bytes): (Vec<SharedCodebook>, Vec<Vec<Vec<u8>>>) = coded.into_iter().unzip();
     Ok((codebooks, bytes.into_iter().flatten().collect()))
 }
@@ -226,7 +274,7 @@ pub fn trial_layouts<T: Element>(
         Keep::Size => (false, 0),
         Keep::Streams { measure, first_table } => (measure, first_table),
     };
-    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, false)?.measuring(measure);
+    let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, false, None)?.measuring(measure);
     // (lattice index, prediction) of every block, gathered chunk by chunk, and their counts.
     type Chunk<T> = (Vec<(Vec<i64>, PredictedBlock<T>)>, BlockCounts);
     let predicted: Vec<Chunk<T>> = plan
@@ -271,7 +319,7 @@ pub fn trial_layouts<T: Element>(
             .map(|m| encoder.set(m.iter().map(|&(position, i)| slots[i].take().expect("a block in one set").at(position)).collect()))
             .collect::<Result<_>>()?;
         let kept = matches!(keep, Keep::Streams { .. });
-        let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, !kept)?;
+        let (codebooks, bytes) = encode_sets(&sets, &encoder, shared, first_table, !kept, None)?;
         let size = bytes.iter().map(Vec::len).sum::<usize>() + codebooks.iter().map(|c| c.to_bytes().len()).sum::<usize>();
         let streams = kept.then(|| LevelStreams::of(&encoder, &sets, &codebooks, indices.into_iter().zip(bytes).collect(), &counts));
         trials.push(Trial { size, streams });
@@ -412,9 +460,9 @@ mod tests {
         let eb = 1e-4;
         for shared in [true, false] {
             let config = Config::new(ErrorBound::Absolute(eb));
-            let level = compress_level(&boxes, &tiling, &config, eb, true, shared, true, 0, None).unwrap();
+            let level = compress_level(&boxes, &tiling, &config, eb, true, shared, true, 0, None, None).unwrap();
             // Coding again with the choice made gives the same bytes.
-            let again = compress_level(&boxes, &tiling, &config, eb, true, shared, false, 0, Some(&level.choice)).unwrap();
+            let again = compress_level(&boxes, &tiling, &config, eb, true, shared, false, 0, Some(&level.choice), None).unwrap();
             assert_eq!((&again.chunks, &again.codebooks, again.error), (&level.chunks, &level.codebooks, None));
             let (sum, count) = level.error.unwrap();
             assert_eq!(count as usize, level.stored_cells);
@@ -474,7 +522,7 @@ mod tests {
             let (sizes, _) = trial_layouts(&boxes, &tiling, &shapes, &config, 1e-3, true, true, None, Keep::Size).unwrap();
             for ((trial, sized), shape) in trials.into_iter().zip(sizes).zip(&shapes) {
                 let t = Tiling::new(vec![0, 0], vec![8, 8], shape.clone()).unwrap();
-                let level = compress_level(&boxes, &t, &config, 1e-3, true, true, measure, 3, None).unwrap();
+                let level = compress_level(&boxes, &t, &config, 1e-3, true, true, measure, 3, None, None).unwrap();
                 let kept = trial.streams.expect("kept streams");
                 assert_eq!((&kept.chunks, &kept.codebooks, kept.error), (&level.chunks, &level.codebooks, level.error));
                 assert_eq!((kept.blocks, kept.partial_blocks, kept.stored_cells), (level.blocks, level.partial_blocks, level.stored_cells));

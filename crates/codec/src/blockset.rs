@@ -63,6 +63,28 @@ pub struct Block<T> {
     pub mask: Option<Vec<bool>>,
 }
 
+/// The processes coding the other parts of an array whose sets share one table (a parallel
+/// write): what each learns from its own sets is pooled, so all learn the table one process
+/// coding every set would.
+pub trait Pool: Sync {
+    /// Every process's `bytes`, in process order (this one's included).
+    fn all_gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>>;
+}
+
+/// `value` summed over the processes of `pool` (itself without).
+fn pooled_sum(pool: Option<&dyn Pool>, value: u64) -> Result<u64> {
+    let Some(pool) = pool else { return Ok(value) };
+    pool.all_gather(value.to_le_bytes().to_vec())?
+        .iter()
+        .map(|b| {
+            b.as_slice()
+                .try_into()
+                .map(u64::from_le_bytes)
+                .map_err(|_| CodecError::InvalidInput("a process pooled a size of another length".into()))
+        })
+        .sum()
+}
+
 /// What choosing a predictor needs to know of a block before it sees the block's values.
 #[derive(Clone, Copy, Debug)]
 pub struct BlockInfo {
@@ -349,62 +371,80 @@ impl BlockSetEncoder {
     /// the tables and each set's bytes. In ratio mode with `try_adaptive`, sets of at most
     /// `ADAPTIVE_TRIAL_SYMBOLS` symbols in all are also coded with the adaptive range coder
     /// (version 2), whose learnt start costs a few bytes where tables cost tens; the smaller
-    /// coding is kept.
+    /// coding is kept. With `pool`, the sets are this process's part of the array: statistics,
+    /// symbol counts and sizes are those of every process's sets.
     pub fn encode_sets<T: Element>(
         &self,
         sets: &[PredictedSet<T>],
         index: u32,
         try_adaptive: bool,
+        pool: Option<&dyn Pool>,
     ) -> Result<(SharedCodebook, Vec<Vec<u8>>)> {
-        let code = |tables: SharedCodebook| -> Result<(usize, SharedCodebook, Vec<Vec<u8>>)> {
+        let code = |tables: SharedCodebook| -> Result<(u64, SharedCodebook, Vec<Vec<u8>>)> {
             let bytes: Vec<Vec<u8>> = sets.par_iter().map(|set| set.finish(&tables, index)).collect::<Result<_>>()?;
-            Ok((bytes.iter().map(Vec::len).sum::<usize>() + tables.to_bytes().len(), tables, bytes))
+            let coded = pooled_sum(pool, bytes.iter().map(Vec::len).sum::<usize>() as u64)?;
+            Ok((coded + tables.to_bytes().len() as u64, tables, bytes))
         };
-        let tabled = code(self.shared_tables(sets))?;
-        let symbols: usize = sets.iter().flat_map(|s| &s.blocks).map(|b| b.coded.symbols.len()).sum();
-        if !try_adaptive || self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS {
+        let tabled = code(self.shared_tables(sets, pool)?)?;
+        let symbols = pooled_sum(pool, sets.iter().flat_map(|s| &s.blocks).map(|b| b.coded.symbols.len() as u64).sum())?;
+        if !try_adaptive || self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS as u64 {
             return Ok((tabled.1, tabled.2));
         }
-        let adaptive = code(self.adaptive_tables(sets))?;
+        let adaptive = code(self.adaptive_tables(sets, pool)?)?;
         let best = if adaptive.0 < tabled.0 { adaptive } else { tabled };
         Ok((best.1, best.2))
     }
 
     /// What `sets` share for the adaptive range coder (version 2): its start, learnt from all
-    /// their symbols.
-    fn adaptive_tables<T: Element>(&self, sets: &[PredictedSet<T>]) -> SharedCodebook {
+    /// their symbols (and with `pool`, every process's).
+    fn adaptive_tables<T: Element>(&self, sets: &[PredictedSet<T>], pool: Option<&dyn Pool>) -> Result<SharedCodebook> {
         let cells = neighbour_cells(&self.unit);
         let streams: Vec<(Vec<u16>, Layout)> = sets.iter().map(|s| (s.symbols(), s.layout(&cells))).collect();
-        let start = Start::learn(streams.iter().map(|(s, l)| (&s[..], l)), ZERO);
-        SharedCodebook::new(Codebook::from_histogram(&[]), Some(start), None, self.weights().cloned())
+        let mut counts = Start::count(streams.iter().map(|(s, l)| (&s[..], l)), ZERO);
+        if let Some(pool) = pool {
+            let mine: Vec<u8> = counts.iter().flatten().flat_map(|c| c.to_le_bytes()).collect();
+            counts.iter_mut().for_each(|c| *c = [0; 2]);
+            for part in pool.all_gather(mine)? {
+                if part.len() != counts.len() * 16 {
+                    return Err(CodecError::InvalidInput("a process pooled start counts of another size".into()));
+                }
+                for (c, b) in counts.iter_mut().flatten().zip(part.chunks_exact(8)) {
+                    *c += u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                }
+            }
+        }
+        Ok(SharedCodebook::new(Codebook::from_histogram(&[]), Some(Start::from_counts(&counts)), None, self.weights().cloned()))
     }
 
     /// What `sets` share, to be stored once beside them: in ratio mode the context coder's
     /// tables, learnt from all their symbols; in speed mode one Huffman codebook for them all.
-    pub fn shared_tables<T: Element>(&self, sets: &[PredictedSet<T>]) -> SharedCodebook {
+    pub fn shared_tables<T: Element>(&self, sets: &[PredictedSet<T>], pool: Option<&dyn Pool>) -> Result<SharedCodebook> {
         let weights = self.weights().cloned();
+        let invalid = |what: &str| CodecError::InvalidInput(format!("a process pooled {what} of another size"));
         match self.preset {
             Preset::Ratio => {
-                let counts = sets
+                let fresh = || rans::Counts::new(residuals::CONTEXTS);
+                let mut counts = sets
                     .par_iter()
-                    .fold(
-                        || rans::Counts::new(residuals::CONTEXTS),
-                        |mut acc, s| {
-                            s.modelled().count(&mut acc);
-                            acc
-                        },
-                    )
-                    .reduce(
-                        || rans::Counts::new(residuals::CONTEXTS),
-                        |mut a, b| {
-                            a.merge(&b);
-                            a
-                        },
-                    );
-                SharedCodebook::new(Codebook::from_histogram(&[]), None, Some(counts.tables()), weights)
+                    .fold(fresh, |mut acc, s| {
+                        s.modelled().count(&mut acc);
+                        acc
+                    })
+                    .reduce(fresh, |mut a, b| {
+                        a.merge(&b);
+                        a
+                    });
+                if let Some(pool) = pool {
+                    let mine = counts.to_le_bytes();
+                    counts = fresh();
+                    for part in pool.all_gather(mine)? {
+                        counts.merge_le_bytes(&part).then_some(()).ok_or_else(|| invalid("context counts"))?;
+                    }
+                }
+                Ok(SharedCodebook::new(Codebook::from_histogram(&[]), None, Some(counts.tables()), weights))
             }
             Preset::Speed => {
-                let h = sets
+                let mut h = sets
                     .par_iter()
                     .fold(Histogram::default, |mut h, s| {
                         s.blocks.iter().for_each(|b| h.add_symbols(&b.coded.symbols));
@@ -414,7 +454,14 @@ impl BlockSetEncoder {
                         a.add(&b);
                         a
                     });
-                SharedCodebook::new(Codebook::of(&h), None, None, weights)
+                if let Some(pool) = pool {
+                    let mine = h.to_le_bytes();
+                    h = Histogram::default();
+                    for part in pool.all_gather(mine)? {
+                        h.merge_le_bytes(&part).then_some(()).ok_or_else(|| invalid("symbol counts"))?;
+                    }
+                }
+                Ok(SharedCodebook::new(Codebook::of(&h), None, None, weights))
             }
         }
     }
@@ -691,7 +738,11 @@ fn neighbour_cells(unit: &[usize]) -> NeighbourCells {
 /// coding its stored cells) for their contexts (format.md 14.3): blocks walked in C order
 /// (Lorenzo, dual quantization, fitted) have neighbours in space, `cells` (the shape's
 /// `neighbour_cells`); the others' symbols are runs without.
-fn block_layout<'a>(blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>, cells: &'a [[u32; NEIGHBOURS]], unit: &[usize]) -> Layout<'a> {
+fn block_layout<'a>(
+    blocks: impl Iterator<Item = (BlockKind, Option<&'a [bool]>)>,
+    cells: &'a [[u32; NEIGHBOURS]],
+    unit: &[usize],
+) -> Layout<'a> {
     let n: usize = unit.iter().product();
     let parts = blocks
         .map(|(kind, mask)| {
@@ -951,10 +1002,10 @@ mod tests {
             let config = Config { preset, ..Config::new(ErrorBound::Absolute(1e-3)) };
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-3, adaptive).unwrap();
             let set = enc.predict(&blocks).unwrap();
-            let codebook = enc.shared_tables(std::slice::from_ref(&set));
+            let codebook = enc.shared_tables(std::slice::from_ref(&set), None).unwrap();
             let mut written = vec![(TABLED, codebook)];
             if preset == Preset::Ratio {
-                written.push((RANGE_CODED, enc.adaptive_tables(std::slice::from_ref(&set))));
+                written.push((RANGE_CODED, enc.adaptive_tables(std::slice::from_ref(&set), None).unwrap()));
             } else {
                 written[0].0 = HUFFMAN;
             }
@@ -1009,7 +1060,7 @@ mod tests {
             let config = Config { preset, ..Config::new(ErrorBound::Absolute(1e-2)) };
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-2, true).unwrap();
             let set = enc.predict(&blocks).unwrap();
-            let codebook = enc.shared_tables(std::slice::from_ref(&set));
+            let codebook = enc.shared_tables(std::slice::from_ref(&set), None).unwrap();
             let bytes = set.finish(&codebook, 0).unwrap();
             for cut in 0..bytes.len() {
                 assert!(decode::<f32>(&bytes[..cut], &codebook, &unit, 1e-2, 5).is_err());
@@ -1054,7 +1105,7 @@ mod tests {
             let config = Config { predictor, ..Config::new(ErrorBound::Absolute(eb)) };
             let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, eb, true).unwrap().measuring(true);
             let set = enc.predict(&blocks).unwrap();
-            let codebook = enc.shared_tables(std::slice::from_ref(&set));
+            let codebook = enc.shared_tables(std::slice::from_ref(&set), None).unwrap();
             let back = decode::<f64>(&set.finish(&codebook, 0).unwrap(), &codebook, &unit, eb, 10).unwrap();
             let decoded = blocks.iter().zip(&back).fold((0.0, 0), |(s, n), (a, b)| {
                 let (e, c) = error_sum(a, &b.values);
@@ -1075,7 +1126,7 @@ mod tests {
             BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &Config::new(ErrorBound::Absolute(eb)), eb, true).unwrap();
         assert_eq!(enc.predictor_name(), "fitted");
         let set = enc.predict(&blocks).unwrap();
-        let codebook = SharedCodebook::from_bytes(&enc.shared_tables(std::slice::from_ref(&set)).to_bytes()).unwrap();
+        let codebook = SharedCodebook::from_bytes(&enc.shared_tables(std::slice::from_ref(&set), None).unwrap().to_bytes()).unwrap();
         let bytes = set.finish(&codebook, 0).unwrap();
         let back = decode::<f64>(&bytes, &codebook, &unit, eb, 10).unwrap();
         for (a, b) in blocks.iter().zip(&back) {
@@ -1097,7 +1148,7 @@ mod tests {
         let enc =
             BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &[16, 16, 16], &Config::new(ErrorBound::Absolute(1e-5)), 1e-5, true)
                 .unwrap();
-        let shared = enc.shared_tables(&[enc.predict(&blocks).unwrap()]);
+        let shared = enc.shared_tables(&[enc.predict(&blocks).unwrap()], None).unwrap();
         let tables = shared.to_bytes();
         // An empty codebook, the context coder's tables, the weights.
         assert_eq!(tables[..2], [0, TABLES_TAG]);

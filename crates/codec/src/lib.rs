@@ -35,7 +35,7 @@ mod target;
 mod test_rng;
 mod threads;
 
-pub use bytes::join_into;
+pub use bytes::{join_into, ByteReader};
 pub use element::{DType, Element};
 pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};

@@ -12,7 +12,7 @@ use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods}
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileExistsError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -229,16 +229,66 @@ impl<R, F: FnOnce() -> R> OnSameThread<F> {
     }
 }
 
-/// write_snapshot(path, name, spec, boxes, options, progress=None) -> dict
+/// A process group from Python: an object with `rank`, `size` and the methods
+/// `all_gather(bytes) -> list[bytes]`, `exchange(list[bytes]) -> list[bytes]` and
+/// `write_at(path, offset, bytes)` (`amrzip.parallel`'s adapter of an mpi4py communicator).
+struct PyCollective {
+    comm: Py<PyAny>,
+    rank: usize,
+    size: usize,
+}
+
+impl PyCollective {
+    fn call<'py, A: pyo3::call::PyCallArgs<'py>>(
+        py: Python<'py>,
+        comm: &Py<PyAny>,
+        method: &str,
+        args: A,
+    ) -> store::Result<Bound<'py, PyAny>> {
+        comm.bind(py).call_method1(method, args).map_err(|e| store::Error::new(ErrorKind::Io, format!("{method}: {e}")))
+    }
+
+    fn byte_lists(list: Bound<PyAny>, method: &str) -> store::Result<Vec<Vec<u8>>> {
+        let items: Vec<Bound<PyBytes>> = list.extract().map_err(|e| store::Error::new(ErrorKind::Io, format!("{method} returned {e}")))?;
+        Ok(items.iter().map(|b| b.as_bytes().to_vec()).collect())
+    }
+}
+
+impl store::parallel::Collective for PyCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn all_gather(&self, bytes: Vec<u8>) -> store::Result<Vec<Vec<u8>>> {
+        Python::attach(|py| Self::byte_lists(Self::call(py, &self.comm, "all_gather", (PyBytes::new(py, &bytes),))?, "all_gather"))
+    }
+    fn exchange(&self, to: Vec<Vec<u8>>) -> store::Result<Vec<Vec<u8>>> {
+        Python::attach(|py| {
+            let to: Vec<Bound<PyBytes>> = to.iter().map(|b| PyBytes::new(py, b)).collect();
+            Self::byte_lists(Self::call(py, &self.comm, "exchange", (to,))?, "exchange")
+        })
+    }
+    fn write_at(&self, path: &std::path::Path, offset: u64, bytes: &[u8]) -> store::Result<()> {
+        Python::attach(|py| {
+            Self::call(py, &self.comm, "write_at", (path.to_string_lossy().as_ref(), offset, PyBytes::new(py, bytes))).map(|_| ())
+        })
+    }
+}
+
+/// write_snapshot(path, name, spec, boxes, options, progress=None, comm=None) -> dict
 ///
 /// `spec`: fields (name, dtype, mode, bound), levels (domain, ref_ratio, dx, boxes, owners),
 /// node, prob_lo, prob_hi, coord_sys, time, step, source (JSON text). `boxes(level, field)`
 /// returns the field's arrays for every box of the level, indexed [i, j, k], of the box's
 /// shape; `convert(array, field)` makes one of them C- or Fortran-contiguous, aligned, of the
 /// field's dtype in native byte order, when it is not. `progress(level, field)` is called as
-/// each starts. An exception any of them raises stops the write, and is raised again.
+/// each starts. An exception any of them raises stops the write, and is raised again. With
+/// `comm` (see `PyCollective`), every rank of it calls this at once: `spec` lists every rank's
+/// boxes, `owners` the rank of each, and `boxes` returns this rank's arrays only.
 #[pyfunction]
-#[pyo3(signature = (path, name, spec, boxes, convert, options, progress=None))]
+#[pyo3(signature = (path, name, spec, boxes, convert, options, progress=None, comm=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn write_snapshot<'py>(
     py: Python<'py>,
@@ -249,15 +299,35 @@ pub fn write_snapshot<'py>(
     convert: Py<PyAny>,
     options: &Bound<'py, PyDict>,
     progress: Option<Py<PyAny>>,
+    comm: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = self::spec(spec)?;
     let opts = self::options(options)?;
+    let comm = comm
+        .map(|c| -> PyResult<PyCollective> {
+            let (rank, size) = (c.getattr(py, "rank")?.extract(py)?, c.getattr(py, "size")?.extract(py)?);
+            Ok(PyCollective { comm: c, rank, size })
+        })
+        .transpose()?;
+    let rank = comm.as_ref().map(|c| c.rank as i64);
     let source = PySource {
         boxes,
         convert,
         dtypes: spec.fields.iter().map(|f| f.dtype).collect(),
         names: spec.fields.iter().map(|f| f.name.clone()).collect(),
-        shapes: spec.levels.iter().map(|l| l.boxes.iter().map(|b| b.shape()).collect()).collect(),
+        // This rank's boxes (all, writing alone).
+        shapes: spec
+            .levels
+            .iter()
+            .map(|l| {
+                l.boxes
+                    .iter()
+                    .zip(l.owners.iter().map(Some).chain(std::iter::repeat(None)))
+                    .filter(|(_, o)| rank.is_none() || *o == rank.as_ref())
+                    .map(|(b, _)| b.shape())
+                    .collect()
+            })
+            .collect(),
         raised: Mutex::new(None),
     };
     let result = py.detach(|| {
@@ -265,7 +335,10 @@ pub fn write_snapshot<'py>(
             let Some(cb) = &progress else { return Ok(()) };
             Python::attach(|py| cb.call1(py, (level, field)).map(|_| ())).map_err(|e| source.keep(e))
         };
-        store::write_snapshot(&path, name, &spec, &source, &opts, &mut report)
+        match &comm {
+            Some(c) => store::write_snapshot_parallel(c, &path, name, &spec, &source, &opts, &mut report),
+            None => store::write_snapshot(&path, name, &spec, &source, &opts, &mut report),
+        }
     });
     if let Some(e) = source.raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
@@ -304,6 +377,31 @@ fn stats_dict<'py>(py: Python<'py>, s: &store::array::FieldStats) -> PyResult<Bo
     stats.set_item("original_bytes", s.original_bytes)?;
     stats.set_item("stored_bytes", s.stored_bytes)?;
     Ok(stats)
+}
+
+/// A level for `simulate_owners`: (domain, ref_ratio, boxes, holders).
+type SimulatedLevel = ((Vec<i64>, Vec<i64>), Vec<i64>, Vec<(Vec<i64>, Vec<i64>)>, Vec<i64>);
+
+/// simulate_owners(levels, node, ranks) -> (cells owned per rank, cells moved)
+///
+/// `levels`: per level (domain, ref_ratio, boxes, holders), boxes as (lo, hi). What a parallel
+/// write's chunk owner assignment would give with `ranks` ranks (see
+/// `amrzip_store::parallel::simulate_owners`), for scaling studies past the machine at hand.
+#[pyfunction]
+pub fn simulate_owners(py: Python<'_>, levels: Vec<SimulatedLevel>, node: Vec<bool>, ranks: usize) -> PyResult<(Vec<f64>, u64)> {
+    if ranks == 0 || levels.iter().any(|l| l.2.len() != l.3.len() || l.3.iter().any(|&h| h < 0 || h as usize >= ranks)) {
+        return Err(PyValueError::new_err("every box needs a holder among the ranks, and ranks must be >= 1"));
+    }
+    let levels: Vec<store::parallel::SimulatedLevel> = levels
+        .into_iter()
+        .map(|(domain, ref_ratio, boxes, holders)| store::parallel::SimulatedLevel {
+            domain: ibox(domain),
+            ref_ratio,
+            boxes: boxes.into_iter().map(ibox).collect(),
+            holders,
+        })
+        .collect();
+    Ok(py.detach(|| store::parallel::simulate_owners(&levels, &node, ranks)))
 }
 
 /// check(path, repair) -> JSON text of the report (see `amrzip_store::check::check`).
@@ -507,6 +605,7 @@ impl ZarrChunkDecoder {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StoreError", m.py().get_type::<StoreError>())?;
     m.add_function(wrap_pyfunction!(write_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_owners, m)?)?;
     m.add_function(wrap_pyfunction!(snapshots, m)?)?;
     m.add_function(wrap_pyfunction!(check_snapshot_name, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;

@@ -24,7 +24,7 @@ pub const MARGIN: f64 = 2.0;
 pub fn conserve<R, E>(
     mut compress: impl FnMut(f64) -> Result<(R, f64, u64), E>,
     eb: f64,
-    peak: impl FnOnce() -> f64,
+    peak: impl FnOnce() -> Result<f64, E>,
     epsilon: f64,
 ) -> Result<(R, f64, f64), E> {
     let (result, total, count) = compress(eb)?;
@@ -32,7 +32,7 @@ pub fn conserve<R, E>(
         return Ok((result, eb, 0.0));
     }
     // Room for the float rounding of value + offset, so the sum never leaves the bound.
-    let rounding = 4.0 * epsilon * peak();
+    let rounding = 4.0 * epsilon * peak()?;
     let lean = (total / count as f64).abs() / eb;
     let shrunk = eb / (1.0 + MARGIN * lean);
     let tries: Vec<f64> = if shrunk > eb / 2.0 { vec![shrunk, eb / 2.0] } else { vec![eb / 2.0] };
@@ -63,7 +63,7 @@ mod tests {
                 Ok(((), lean(eb) * eb * 1000.0, 1000))
             },
             1.0,
-            || 0.0,
+            || Ok(0.0),
             f64::EPSILON,
         )
         .unwrap();

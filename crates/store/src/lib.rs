@@ -21,6 +21,7 @@ pub mod error;
 pub mod geometry;
 pub mod layout;
 pub mod metadata;
+pub mod parallel;
 pub mod reader;
 pub mod shard;
 pub mod store;
@@ -30,4 +31,6 @@ pub mod zarr_codec;
 pub use error::{Error, ErrorKind, Result};
 pub use reader::{Covered, Snapshot};
 pub use store::{SnapshotEntry, SnapshotKind, Store};
-pub use writer::{write_snapshot, BoxData, BoxSource, FieldSpec, LevelSpec, SnapshotSpec, Values, WriteOptions, WriteSummary};
+pub use writer::{
+    write_snapshot, write_snapshot_parallel, BoxData, BoxSource, FieldSpec, LevelSpec, SnapshotSpec, Values, WriteOptions, WriteSummary,
+};

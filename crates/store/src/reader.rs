@@ -890,7 +890,8 @@ fn restrict_into<T: Element>(fine: &[T], fine_box: &IBox, piece: &IBox, ratio: &
     let last = nd - 1;
     let count: f64 = ratio.iter().map(|&r| r as f64).product();
     let (r_last, width) = (ratio[last] as usize, (piece.hi[last] - piece.lo[last] + 1) as usize);
-    let fine_stride: Vec<usize> = (0..nd).map(|d| ((d + 1)..nd).map(|e| (fine_box.hi[e] - fine_box.lo[e] + 1) as usize).product()).collect();
+    let fine_stride: Vec<usize> =
+        (0..nd).map(|d| ((d + 1)..nd).map(|e| (fine_box.hi[e] - fine_box.lo[e] + 1) as usize).product()).collect();
     let mut sums = vec![0.0f64; width];
     let mut rows = piece.clone();
     rows.hi[last] = piece.lo[last];

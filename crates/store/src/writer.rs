@@ -13,12 +13,15 @@ use crate::conservation::conserve;
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::layout;
 use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_VERSION};
+use crate::parallel::{
+    chunk_cells, extract, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial, SpreadBlocks,
+};
 use crate::shard;
 use crate::store::Store;
 use amrzip_amr::boxes::{stored_mask, Coverage};
-use amrzip_amr::{BoxView, ChunkPlan, IBox, Keep, Layout, LevelStreams, Tiling};
+use amrzip_amr::{BoxView, ChunkPlan, IBox, Keep, Layout, LevelStreams, Spread, Tiling};
 use amrzip_codec::blockset::Choice;
-use amrzip_codec::{Config, DType, Element, ErrorBound, PredictorKind, Preset};
+use amrzip_codec::{ByteReader, Config, DType, Element, ErrorBound, PredictorKind, Preset};
 use rayon::prelude::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -145,18 +148,16 @@ enum Views<'a> {
 
 fn views<'a, T: Element>(
     level: &LevelSpec,
+    mine: &[usize],
     data: &'a [BoxData<'a>],
     masks: &'a [Option<Vec<bool>>],
     pick: impl Fn(&'a Values<'a>) -> Option<&'a [T]>,
     field: &str,
 ) -> Result<Vec<BoxView<'a, T>>> {
-    level
-        .boxes
-        .iter()
+    mine.iter()
         .zip(data)
-        .zip(masks)
-        .enumerate()
-        .map(|(i, ((b, d), m))| {
+        .map(|(&i, d)| {
+            let (b, m) = (&level.boxes[i], &masks[i]);
             let values = pick(&d.values).ok_or_else(|| invalid!("field {field:?} box {i}: values of another type than the field's"))?;
             Ok(BoxView { lo: b.lo.clone(), hi: b.hi.clone(), data: values, layout: d.layout, stored: m.as_deref(), ghost: d.ghost.clone() })
         })
@@ -250,10 +251,13 @@ fn field_choice<T: Element>(
     cfg: &Config,
     eb: f64,
     o: &WriteOptions,
+    sampler: Option<&SpreadBlocks<T>>,
 ) -> Result<Choice> {
     let dim = origin.len();
     let tiling = Tiling::new(origin.to_vec(), vec![unit; dim], vec![chunk; dim]).map_err(|e| invalid!("{e}"))?;
-    Ok(amrzip_amr::choose_predictor(boxes, &tiling, cfg, eb, o.adaptive_block)?)
+    let choice = amrzip_amr::choose_predictor(boxes, &tiling, cfg, eb, o.adaptive_block, sampler.map(|s| s as &dyn Spread<T>))?;
+    sampler.map_or(Ok(()), SpreadBlocks::check)?;
+    Ok(choice)
 }
 
 /// Measures the candidate layouts of a field on a sample of its boxes with the predictor
@@ -279,7 +283,8 @@ fn field_trials<T: Element>(
     let sizes = chunking::trials(candidates, |u, edges| {
         let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![edges[0]; dim]).map_err(|e| invalid!("{e}"))?;
         let shapes: Vec<Vec<usize>> = edges.iter().map(|&c| vec![c; dim]).collect();
-        let (trials, _) = amrzip_amr::trial_layouts(&picked, &tiling, &shapes, cfg, eb, o.adaptive_block, o.shared_tables, Some(choice), how)?;
+        let (trials, _) =
+            amrzip_amr::trial_layouts(&picked, &tiling, &shapes, cfg, eb, o.adaptive_block, o.shared_tables, Some(choice), how)?;
         Ok::<_, Error>(
             trials
                 .into_iter()
@@ -299,12 +304,12 @@ fn field_trials<T: Element>(
 /// The speed preset's candidates: those whose unit blocks would be at least
 /// `chunking::SPEED_MIN_FILL` stored on the sample (the first unit, the blocking factor's, always
 /// stays). What is stored is the level's, whatever the field: `boxes` may be any field's.
-fn speed_candidates<T: Element>(
+fn speed_fill<T: Element>(
     boxes: &[BoxView<T>],
     sample: &[usize],
     origin: &[i64],
     candidates: &[(usize, usize)],
-) -> Result<Vec<(usize, usize)>> {
+) -> Result<BTreeMap<usize, f64>> {
     let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
     let dim = origin.len();
     let first = candidates.first().map_or(0, |c| c.0);
@@ -315,7 +320,7 @@ fn speed_candidates<T: Element>(
             fill.insert(u, ChunkPlan::new(&picked, &tiling).map_err(|e| invalid!("{e}"))?.stored_fraction());
         }
     }
-    Ok(candidates.iter().copied().filter(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::SPEED_MIN_FILL)).collect())
+    Ok(fill)
 }
 
 fn reborrow<'a, T>(b: &BoxView<'a, T>) -> BoxView<'a, T> {
@@ -338,6 +343,8 @@ fn compress_field<T: Element>(
     first_table: usize,
     mut kept: Option<LevelStreams>,
     mut choice: Option<Choice>,
+    group: &Group,
+    sampler: Option<&SpreadBlocks<T>>,
 ) -> Result<Coded> {
     let dim = origin.len();
     let tiling = Tiling::new(origin.to_vec(), vec![unit; dim], vec![edge; dim]).map_err(|e| invalid!("{e}"))?;
@@ -347,9 +354,22 @@ fn compress_field<T: Element>(
         let streams = match kept.take() {
             Some(s) => s,
             None => {
-                amrzip_amr::compress_level(boxes, &tiling, cfg, eb, o.adaptive_block, o.shared_tables, measure, first, choice.as_ref())?
+                let sampler = sampler.map(|s| s as &dyn Spread<T>);
+                amrzip_amr::compress_level(
+                    boxes,
+                    &tiling,
+                    cfg,
+                    eb,
+                    o.adaptive_block,
+                    o.shared_tables,
+                    measure,
+                    first,
+                    choice.as_ref(),
+                    sampler,
+                )?
             }
         };
+        sampler.map_or(Ok(()), SpreadBlocks::check)?;
         choice = Some(streams.choice.clone());
         Ok(streams)
     };
@@ -360,11 +380,15 @@ fn compress_field<T: Element>(
     let (streams, eb, offset) = conserve(
         |eb| {
             let s = compress(eb, true)?;
-            let (total, count) = s.error.unwrap_or((0.0, 0));
+            let (total, count) = if group.size() > 1 { spread_error(group, &s)? } else { s.error.unwrap_or((0.0, 0)) };
             Ok::<_, Error>((s, total, count))
         },
         eb,
-        || stored_peak(boxes),
+        || {
+            let mut peak = [stored_peak(boxes)];
+            group.max(&mut peak)?;
+            Ok(peak[0])
+        },
         epsilon,
     )?;
     Ok(Coded { streams, unit, eb, offset })
@@ -425,6 +449,59 @@ pub fn write_snapshot(
     options: &WriteOptions,
     progress: &mut dyn FnMut(usize, usize) -> Result<()>,
 ) -> Result<WriteSummary> {
+    write_snapshot_parallel(&Serial, store, name, spec, data, options, progress)
+}
+
+/// [`write_snapshot`] by every rank of `comm` at once (`parallel`): `spec` holds every rank's
+/// boxes, `owners` naming the rank holding each, and `data` this rank's boxes, in the order they
+/// have in `spec`. Every rank gets the same result; an error on any rank stops them all.
+pub fn write_snapshot_parallel(
+    comm: &dyn Collective,
+    store: &Path,
+    name: &str,
+    spec: &SnapshotSpec,
+    data: &dyn BoxSource,
+    options: &WriteOptions,
+    progress: &mut dyn FnMut(usize, usize) -> Result<()>,
+) -> Result<WriteSummary> {
+    let group = Group::new(comm);
+    // A panic on one rank must reach the others like an error, or they would wait for it.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_on(&group, store, name, spec, data, options, progress)));
+    let result = run.unwrap_or_else(|panic| {
+        let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+        Err(invalid!("internal error (please report it): {}", what.unwrap_or_default()))
+    });
+    result.inspect_err(|e| group.fail(e))
+}
+
+/// Where a rank's entries go: straight into the file (one process), or kept until every
+/// rank's are laid out.
+enum Output {
+    File(Box<ArchiveWriter>),
+    Parts(Vec<(String, Vec<u8>)>),
+}
+
+impl Output {
+    fn add(&mut self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        match self {
+            Output::File(a) => a.add(name, &bytes),
+            Output::Parts(p) => {
+                p.push((name.to_string(), bytes));
+                Ok(())
+            }
+        }
+    }
+}
+
+fn write_on(
+    group: &Group,
+    store: &Path,
+    name: &str,
+    spec: &SnapshotSpec,
+    data: &dyn BoxSource,
+    options: &WriteOptions,
+    progress: &mut dyn FnMut(usize, usize) -> Result<()>,
+) -> Result<WriteSummary> {
     layout::check_snapshot_name(name)?;
     let where_ = format!("snapshot {name:?} of {}", store.display());
     let mut meta = checked_spec(spec, &where_)?;
@@ -434,32 +511,72 @@ pub fn write_snapshot(
     if options.chunk == Some(0) {
         return Err(invalid!("chunk must be a positive number of cells"));
     }
-    let store = Store::open_or_create(store)?;
-    let pending = store.begin(name)?;
-    let temp = pending.temp_path().to_path_buf();
+    let (rank, ranks) = (group.rank(), group.size());
+    let parallel = ranks > 1;
+    if parallel && !options.shared_tables {
+        return Err(invalid!("parallel writes share coder statistics per rank: shared tables cannot be switched off"));
+    }
+    // Rank 0 starts the snapshot file; the others learn its name (or rank 0's error), and every
+    // rank checks that all were asked the same (what each decides depends on it).
+    let pending = if rank == 0 { Some(Store::open_or_create(store)?.begin(name)?) } else { None };
+    let temp = pending.as_ref().map_or_else(PathBuf::new, |p| p.temp_path().to_path_buf());
+    let temp = if parallel {
+        let asked = format!(
+            "{name} {options:?} {:?} {:?}",
+            spec.node,
+            spec.fields.iter().map(|f| (&f.name, f.dtype, f.mode, f.bound)).collect::<Vec<_>>()
+        );
+        let all = group.gather(format!("{asked}\n{}", temp.display()).as_bytes())?;
+        let text: Vec<String> = all.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
+        if let Some(r) = text.iter().position(|t| t.split('\n').next() != Some(asked.as_str())) {
+            return Err(invalid!(
+                "rank {r} was asked for another snapshot, fields, bounds or options than rank {rank}: every rank must pass the same"
+            ));
+        }
+        PathBuf::from(text[0].split_once('\n').map_or("", |(_, p)| p))
+    } else {
+        temp
+    };
     let threads = options.threads;
     let node = meta.node.clone();
+    // Per level, this rank's boxes (by their index in the level).
+    let mine: Vec<Vec<usize>> = spec
+        .levels
+        .iter()
+        .map(|lev| {
+            if lev.owners.len() != lev.boxes.len() && parallel {
+                return Err(invalid!("a parallel write needs the owner of every box"));
+            }
+            Ok((0..lev.boxes.len()).filter(|&i| !parallel || lev.owners[i] == rank as i64).collect())
+        })
+        .collect::<Result<_>>()?;
+    let coverages: Vec<Coverage> = spec
+        .levels
+        .iter()
+        .enumerate()
+        .map(|(l, lev)| Coverage::new(spec.levels.get(l + 1).map_or(&[][..], |f| &f.boxes[..]), &lev.ref_ratio, &node))
+        .collect();
     // Per level and box: the cells to store (None: all).
     let masks: Vec<Vec<Option<Vec<bool>>>> = spec
         .levels
         .iter()
-        .enumerate()
-        .map(|(l, lev)| {
-            let finer = spec.levels.get(l + 1).map_or(&[][..], |f| &f.boxes[..]);
-            let coverage = Coverage::new(finer, &lev.ref_ratio, &node);
-            on_pool(threads, || Ok(lev.boxes.par_iter().map(|b| stored_mask(b, &coverage)).collect()))
-        })
+        .zip(&coverages)
+        .map(|(lev, coverage)| on_pool(threads, || Ok(lev.boxes.par_iter().map(|b| stored_mask(b, coverage)).collect())))
         .collect::<Result<_>>()?;
-    // Calls `f` with the box views of field `f` of level `l`.
+    // Calls `f` with the box views of field `f` of level `l` (this rank's boxes).
     let with_views = |l: usize, f: usize, work: &mut dyn FnMut(&Views) -> Result<()>| -> Result<()> {
-        let (name, lev) = (&spec.fields[f].name, &spec.levels[l]);
+        let (name, lev, mine) = (&spec.fields[f].name, &spec.levels[l], &mine[l]);
         data.with_boxes(l, f, &mut |boxes| {
-            if boxes.len() != lev.boxes.len() {
-                return Err(invalid!("level {l} field {name:?}: data for {} boxes, {} declared", boxes.len(), lev.boxes.len()));
+            if boxes.len() != mine.len() {
+                return Err(invalid!("level {l} field {name:?}: data for {} boxes, {} declared", boxes.len(), mine.len()));
             }
             let v = match spec.fields[f].dtype {
-                DType::F32 => Views::F32(views(lev, boxes, &masks[l], |v| if let Values::F32(s) = v { Some(*s) } else { None }, name)?),
-                DType::F64 => Views::F64(views(lev, boxes, &masks[l], |v| if let Values::F64(s) = v { Some(*s) } else { None }, name)?),
+                DType::F32 => {
+                    Views::F32(views(lev, mine, boxes, &masks[l], |v| if let Values::F32(s) = v { Some(*s) } else { None }, name)?)
+                }
+                DType::F64 => {
+                    Views::F64(views(lev, mine, boxes, &masks[l], |v| if let Values::F64(s) = v { Some(*s) } else { None }, name)?)
+                }
             };
             work(&v)
         })
@@ -480,6 +597,9 @@ pub fn write_snapshot(
                         Ok(())
                     })?;
                 }
+                let mut both = [-range.0, range.1];
+                group.max(&mut both)?;
+                let range = (-both[0], both[1]);
                 // Like the array codec: a hair under the exact product, so rounding cannot exceed it.
                 if range.0 > range.1 {
                     0.0
@@ -489,9 +609,14 @@ pub fn write_snapshot(
             }
         };
     }
-    let mut archive = ArchiveWriter::new(pending.file()?, &temp);
+    let mut output = match &pending {
+        Some(p) if !parallel => Output::File(Box::new(ArchiveWriter::new(p.file()?, &temp))),
+        _ => Output::Parts(Vec::new()),
+    };
     let mut summary =
         WriteSummary { snapshot: name.to_string(), path: PathBuf::new(), fields: Vec::new(), original_bytes: 0, stored_bytes: 0 };
+    // What each rank owns so far, over all levels (PnetCDF's workload penalty).
+    let mut owned = vec![0.0; ranks];
     for (l, lev) in spec.levels.iter().enumerate() {
         let origin = lev.domain.lo.clone();
         let mut candidates = chunking::candidates(&lev.boxes, &node, &origin, options.unit, options.chunk);
@@ -506,52 +631,87 @@ pub fn write_snapshot(
             .collect();
         let cells: Vec<usize> = lev.boxes.iter().map(|b| b.cells().unwrap_or(usize::MAX)).collect();
         let speed = options.preset == Preset::Speed;
+        // Boxes of the level, wherever they are: every rank decides on the same ones.
         let sample = chunking::trial_sample(&cells, chunking::trial_budget(speed, cells.iter().sum()));
         if speed && candidates.len() > 1 && !lev.boxes.is_empty() && nf > 0 {
             // Once per level, on the first field's boxes (the stored cells are the level's).
-            with_views(l, 0, &mut |views| {
-                candidates = match views {
-                    Views::F32(v) => on_pool(threads, || speed_candidates(v, &sample, &origin, &candidates))?,
-                    Views::F64(v) => on_pool(threads, || speed_candidates(v, &sample, &origin, &candidates))?,
+            with_sample(group, (l, 0), spec, &mine[l], &masks[l], &sample, &with_views, &mut |views, picked| {
+                let fill = match views {
+                    Views::F32(v) => on_pool(threads, || speed_fill(v, picked, &origin, &candidates))?,
+                    Views::F64(v) => on_pool(threads, || speed_fill(v, picked, &origin, &candidates))?,
                 };
+                candidates.retain(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::SPEED_MIN_FILL));
                 Ok(())
             })?;
         }
         let measured = candidates.len() > 1 && !lev.boxes.is_empty();
+        // The level's blocks as parallel predictor choices see them, described once per tiling.
+        let known = Described::default();
         // Every field measures the candidates on the sample; the level takes one chunk edge for
         // all, each field its unit.
         let mut trials = Vec::with_capacity(nf);
         let mut kept = Vec::with_capacity(nf);
         let mut choices = vec![None; nf];
         if measured {
+            let first = candidates[0];
+            for (f, cfg) in cfgs.iter().enumerate() {
+                let eb = meta.bounds[f].abs;
+                // The choice, on blocks spread over the whole level (every rank's).
+                with_views(l, f, &mut |views| {
+                    choices[f] = Some(match views {
+                        Views::F32(v) => on_pool(threads, || {
+                            spread(group, lev, &masks[l], &known, v, |s| field_choice(v, &origin, first, cfg, eb, options, s))
+                        })?,
+                        Views::F64(v) => on_pool(threads, || {
+                            spread(group, lev, &masks[l], &known, v, |s| field_choice(v, &origin, first, cfg, eb, options, s))
+                        })?,
+                    });
+                    Ok(())
+                })?;
+            }
+            // In a parallel write each rank measures some of the fields (f mod ranks), on the
+            // sampled boxes the others send it, all fields' at once.
+            let samples = if parallel { sample_exchange(group, l, spec, &mine[l], &sample, &with_views)? } else { Vec::new() };
             for (f, cfg) in cfgs.iter().enumerate() {
                 let eb = meta.bounds[f].abs;
                 // In the speed preset (one predictor), trials on every box code the level as
                 // the final pass would: they keep their streams. With shared tables each field
                 // stores one, so field f's is table f.
-                let keep = (speed && sample.len() == lev.boxes.len() && options.shared_tables).then_some(f as u32);
-                with_views(l, f, &mut |views| {
-                    let first = candidates[0];
-                    let (t, choice) = match views {
-                        Views::F32(v) => on_pool(threads, || {
-                            let c = field_choice(v, &origin, first, cfg, eb, options)?;
-                            Ok((field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep, &c)?, c))
-                        }),
-                        Views::F64(v) => on_pool(threads, || {
-                            let c = field_choice(v, &origin, first, cfg, eb, options)?;
-                            Ok((field_trials(v, &sample, &origin, &candidates, cfg, eb, options, keep, &c)?, c))
-                        }),
-                    }?;
+                let keep = (speed && !parallel && sample.len() == lev.boxes.len() && options.shared_tables).then_some(f as u32);
+                let choice = choices[f].as_ref().expect("made above");
+                let mut measure = |views: &Views, picked: &[usize]| -> Result<()> {
+                    let t = match views {
+                        Views::F32(v) => {
+                            on_pool(threads, || field_trials(v, picked, &origin, &candidates, cfg, eb, options, keep, choice))?
+                        }
+                        Views::F64(v) => {
+                            on_pool(threads, || field_trials(v, picked, &origin, &candidates, cfg, eb, options, keep, choice))?
+                        }
+                    };
                     trials.push(t.sizes);
                     kept.push(t.kept);
-                    choices[f] = Some(choice);
                     Ok(())
-                })?;
+                };
+                if !parallel {
+                    with_views(l, f, &mut |views| measure(views, &sample))?;
+                } else if f % ranks != rank {
+                    trials.push(Vec::new());
+                    kept.push(BTreeMap::new());
+                } else {
+                    let picked: Vec<usize> = (0..sample.len()).collect();
+                    match spec.fields[f].dtype {
+                        DType::F32 => measure(&Views::F32(sample_views(&unpack_boxes::<f32>(&samples[f], spec, l)?, &masks[l])), &picked)?,
+                        DType::F64 => measure(&Views::F64(sample_views(&unpack_boxes::<f64>(&samples[f], spec, l)?, &masks[l])), &picked)?,
+                    }
+                }
+            }
+            if parallel {
+                trials = shared_trials(group, &trials)?;
             }
         }
+        let space = meta.index_space(l).shape();
         let edge = if measured {
             // The trials code a sample; indexes are counted for the whole level, scaled to it.
-            let space = meta.index_space(l).shape();
             let sampled = sample.iter().map(|&i| cells[i]).sum::<usize>() as f64 / cells.iter().sum::<usize>().max(1) as f64;
             let edges: BTreeSet<usize> = candidates.iter().map(|&(_, c)| c).collect();
             let overhead: BTreeMap<usize, usize> = edges
@@ -562,62 +722,408 @@ pub fn write_snapshot(
         } else {
             candidates[0].1
         };
+        // A parallel write gives each shard an owner, which gets every rank's part of it.
+        let owned_here = parallel.then(|| {
+            let per_box = on_pool(threads, || Ok(chunk_cells(&lev.boxes, &masks[l], &origin, edge)))?;
+            let present: BTreeSet<Vec<i64>> = per_box.iter().flatten().map(|(c, _)| c.clone()).collect();
+            let grid: Vec<usize> = space.iter().map(|&n| n.div_ceil(edge)).collect();
+            let m = chunking::shard_factor(&present, nf, &grid);
+            Ok::<_, Error>(Ownership::new(&lev.boxes, &lev.owners, &per_box, &origin, edge, m, &mut owned))
+        });
+        let owned_here = owned_here.transpose()?;
         let mut coded = Vec::with_capacity(nf);
         for f in 0..nf {
             // Reported as each field's compression starts: that is most of the work.
             progress(l, f)?;
+            let unit = if measured { chunking::choose_unit(&trials[f], edge) } else { candidates[0].0 };
+            let eb = meta.bounds[f].abs;
+            let mut choice = choices[f].take();
+            let Some(own) = &owned_here else {
+                with_views(l, f, &mut |views| {
+                    let first: usize = coded.iter().map(|c: &Coded| c.streams.codebooks.len()).sum();
+                    let streams = kept.get_mut(f).and_then(|k| k.remove(&(unit, edge))).filter(|_| first == f);
+                    let choice = choice.take();
+                    coded.push(match views {
+                        Views::F32(v) => on_pool(threads, || {
+                            compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams, choice, group, None)
+                        })?,
+                        Views::F64(v) => on_pool(threads, || {
+                            compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams, choice, group, None)
+                        })?,
+                    });
+                    Ok(())
+                })?;
+                continue;
+            };
+            // Every rank learns the same table per field, pooled (see `SpreadBlocks`): field f's is table f.
+            let first = f;
+            let mut outgoing = vec![Vec::new(); ranks];
             with_views(l, f, &mut |views| {
-                let unit = if measured { chunking::choose_unit(&trials[f], edge) } else { candidates[0].0 };
-                let eb = meta.bounds[f].abs;
-                let first: usize = coded.iter().map(|c: &Coded| c.streams.codebooks.len()).sum();
-                let streams = kept.get_mut(f).and_then(|k| k.remove(&(unit, edge))).filter(|_| first == f);
-                let choice = choices[f].take();
-                coded.push(match views {
-                    Views::F32(v) => {
-                        on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams, choice))?
-                    }
-                    Views::F64(v) => {
-                        on_pool(threads, || compress_field(v, &origin, unit, edge, &cfgs[f], eb, options, first, streams, choice))?
-                    }
-                });
+                match views {
+                    Views::F32(v) => pack_pieces(v, &mine[l], own, &mut outgoing),
+                    Views::F64(v) => pack_pieces(v, &mine[l], own, &mut outgoing),
+                }
                 Ok(())
             })?;
+            let incoming = group.exchange(outgoing)?;
+
+            let job = PieceJob {
+                dim: meta.dim,
+                lev,
+                masks: &masks[l],
+                known: &known,
+                coverage: &coverages[l],
+                origin: &origin,
+                tiles: (unit, edge),
+                cfg: &cfgs[f],
+                eb,
+                options,
+                first,
+                group,
+            };
+            coded.push(match spec.fields[f].dtype {
+                DType::F32 => job.compress::<f32>(&incoming, choice)?,
+                DType::F64 => job.compress::<f64>(&incoming, choice)?,
+            });
         }
-        let level_fields = store_level(&mut archive, &meta, l, lev, coded, edge, spec)?;
+        let level_fields = store_level(group, &mut output, &meta, l, lev, coded, edge, owned_here.as_ref(), spec)?;
         summary.original_bytes += level_fields.iter().map(|f| f.stats.original_bytes).sum::<u64>();
         summary.fields.push(level_fields);
     }
-    archive.add(layout::ROOT, &group_json(meta.to_json()))?;
-    summary.stored_bytes = archive.finish()?.metadata().map_err(|e| Error::io(&temp, e))?.len();
-    summary.path = pending.commit()?;
+    if rank == 0 {
+        output.add(layout::ROOT, group_json(meta.to_json()))?;
+    }
+    match output {
+        Output::File(archive) => {
+            summary.stored_bytes = archive.finish()?.metadata().map_err(|e| Error::io(&temp, e))?.len();
+            summary.path = pending.expect("rank 0 writes").commit()?;
+        }
+        Output::Parts(entries) => {
+            let len = write_archive(group, &temp, &entries)?;
+            let committed = match pending {
+                Some(p) => format!("{len} {}", p.commit()?.display()),
+                None => String::new(),
+            };
+            // Every rank returns what rank 0 committed.
+            let committed = String::from_utf8_lossy(&group.gather(committed.as_bytes())?[0]).into_owned();
+            let (len, path) = committed.split_once(' ').ok_or_else(|| invalid!("rank 0 sent no commit"))?;
+            summary.stored_bytes = len.parse().map_err(|_| invalid!("rank 0 sent no commit"))?;
+            summary.path = PathBuf::from(path);
+        }
+    }
     Ok(summary)
 }
 
-/// Writes a level's shards and array metadata; returns what each field became.
+/// A shard's chunks: per inner chunk, its position in the array and its bytes.
+type Slots = Vec<Option<(u64, Vec<u8>)>>;
+
+/// Sends the chunks this rank compressed (`shards`, filled where it owns chunks) to the writers
+/// of their shards; returns the shards this rank writes, with every rank's chunks.
+fn to_writers(group: &Group, shards: BTreeMap<Vec<u64>, Slots>, own: &Ownership, slots: usize) -> Result<BTreeMap<Vec<u64>, Slots>> {
+    let mut outgoing = vec![Vec::new(); group.size()];
+    let mut kept = BTreeMap::new();
+    for (coords, chunks) in shards {
+        let key: Vec<i64> = coords.iter().map(|&c| c as i64).collect();
+        let writer = *own.writers.get(&key).ok_or_else(|| invalid!("a chunk was coded outside the level's shards"))?;
+        if writer == group.rank() {
+            kept.insert(coords, chunks);
+            continue;
+        }
+        let msg = &mut outgoing[writer];
+        for (inner, slot) in chunks.iter().enumerate() {
+            if let Some((position, bytes)) = slot {
+                msg.extend_from_slice(&(coords.len() as u64).to_le_bytes());
+                coords
+                    .iter()
+                    .chain([&(inner as u64), position, &(bytes.len() as u64)])
+                    .for_each(|v| msg.extend_from_slice(&v.to_le_bytes()));
+                msg.extend_from_slice(bytes);
+            }
+        }
+    }
+    for part in group.exchange(outgoing)? {
+        let mut r = ByteReader::new(&part);
+        while r.remaining() > 0 {
+            let dim = r.u64("shard dimensions")? as usize;
+            let coords = (0..dim).map(|_| r.u64("shard coordinate")).collect::<std::result::Result<Vec<_>, _>>()?;
+            let (inner, position, len) = (r.u64("inner chunk")? as usize, r.u64("position")?, r.u64("chunk length")? as usize);
+            let bytes = r.take(len, "chunk")?.to_vec();
+            let shard = kept.entry(coords).or_insert_with(|| vec![None; slots]);
+            *shard.get_mut(inner).ok_or_else(|| invalid!("a rank sent a chunk outside its shard"))? = Some((position, bytes));
+        }
+    }
+    Ok(kept)
+}
+
+/// Every field's trials, field f's from rank f mod ranks (which measured it).
+fn shared_trials(group: &Group, trials: &[chunking::Trials]) -> Result<Vec<chunking::Trials>> {
+    let mut msg = Vec::new();
+    for t in trials.iter().skip(group.rank()).step_by(group.size()) {
+        msg.extend_from_slice(&(t.len() as u64).to_le_bytes());
+        t.iter().for_each(|&((u, c), size)| [u, c, size].iter().for_each(|&v| msg.extend_from_slice(&(v as u64).to_le_bytes())));
+    }
+    let parts = group.gather(&msg)?;
+    let mut readers: Vec<ByteReader> = parts.iter().map(|p| ByteReader::new(p)).collect();
+    (0..trials.len())
+        .map(|f| {
+            let r = &mut readers[f % group.size()];
+            let n = r.u64("trial count")?;
+            (0..n).map(|_| Ok(((r.u64("unit")? as usize, r.u64("chunk")? as usize), r.u64("size")? as usize))).collect::<Result<_>>()
+        })
+        .collect()
+}
+
+/// Cuts this rank's boxes (`views`, level boxes `mine`) into the pieces of each shard, packed
+/// for the shard's owner.
+fn pack_pieces<T: Element>(views: &[BoxView<T>], mine: &[usize], own: &Ownership, outgoing: &mut [Vec<u8>]) {
+    for (v, &i) in views.iter().zip(mine) {
+        for (u, region) in &own.pieces[i] {
+            let piece = Piece { index: i as u32, region: region.clone(), values: extract(v, region) };
+            pack(&piece, &mut outgoing[own.owner[*u]]);
+        }
+    }
+}
+
+/// One field of a level, to compress from the pieces other ranks send this one (those of the
+/// chunks it owns).
+struct PieceJob<'a> {
+    dim: usize,
+    lev: &'a LevelSpec,
+    masks: &'a [Option<Vec<bool>>],
+    known: &'a Described,
+    coverage: &'a Coverage,
+    origin: &'a [i64],
+    /// (unit, chunk edge).
+    tiles: (usize, usize),
+    cfg: &'a Config,
+    eb: f64,
+    options: &'a WriteOptions,
+    first: usize,
+    group: &'a Group<'a>,
+}
+
+impl PieceJob<'_> {
+    fn compress<T: Element>(&self, incoming: &[Vec<u8>], choice: Option<Choice>) -> Result<Coded> {
+        let mut pieces: Vec<Piece<T>> = Vec::new();
+        for msg in incoming {
+            pieces.extend(unpack(msg, self.dim, &self.lev.boxes)?);
+        }
+        // In box order whoever sent them, so the coding does not depend on the ranks' order.
+        pieces.sort_by(|a, b| (a.index, &a.region.lo).cmp(&(b.index, &b.region.lo)));
+        let masks: Vec<Option<Vec<bool>>> = pieces.par_iter().map(|p| stored_mask(&p.region, self.coverage)).collect();
+        let views: Vec<BoxView<T>> = pieces
+            .iter()
+            .zip(&masks)
+            .map(|(p, m)| BoxView {
+                lo: p.region.lo.clone(),
+                hi: p.region.hi.clone(),
+                data: &p.values,
+                layout: Layout::C,
+                stored: m.as_deref(),
+                ghost: Vec::new(),
+            })
+            .collect();
+        let ((unit, edge), o) = (self.tiles, self.options);
+        on_pool(o.threads, || {
+            spread(self.group, self.lev, self.masks, self.known, &views, |s| {
+                compress_field(&views, self.origin, unit, edge, self.cfg, self.eb, o, self.first, None, choice, self.group, s)
+            })
+        })
+    }
+}
+
+/// Runs `work` with the sampler of the level's blocks across the ranks (`local`: this rank's
+/// boxes or pieces); with one process, without (the plan's own blocks are all of them).
+fn spread<T: Element, R>(
+    group: &Group,
+    lev: &LevelSpec,
+    masks: &[Option<Vec<bool>>],
+    known: &Described,
+    local: &[BoxView<T>],
+    work: impl FnOnce(Option<&SpreadBlocks<T>>) -> Result<R>,
+) -> Result<R> {
+    if group.size() == 1 {
+        return work(None);
+    }
+    let largest = lev.boxes.iter().map(|b| b.cells().unwrap_or(0)).max().unwrap_or(0);
+    let placeholder = vec![T::default(); largest];
+    work(Some(&SpreadBlocks::new(group, &lev.boxes, masks, &placeholder, local, known)))
+}
+
+/// Calls its `work` with the box views of a (level, field): see `write_on`.
+type WithViews<'a> = dyn Fn(usize, usize, &mut dyn FnMut(&Views) -> Result<()>) -> Result<()> + 'a;
+
+/// Calls `work(views, picked)` with the boxes `sample` of field `f` of level `l`: this rank's
+/// views and the sample's places in them, or in a parallel write the sampled boxes themselves,
+/// sent by the ranks holding them to every rank.
+#[allow(clippy::too_many_arguments)]
+fn with_sample(
+    group: &Group,
+    (l, f): (usize, usize),
+    spec: &SnapshotSpec,
+    mine: &[usize],
+    masks: &[Option<Vec<bool>>],
+    sample: &[usize],
+    with_views: &WithViews,
+    work: &mut dyn FnMut(&Views, &[usize]) -> Result<()>,
+) -> Result<()> {
+    if group.size() == 1 {
+        return with_views(l, f, &mut |views| work(views, sample));
+    }
+    let wanted: BTreeSet<usize> = sample.iter().copied().collect();
+    let mut msg = Vec::new();
+    with_views(l, f, &mut |views| {
+        match views {
+            Views::F32(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
+            Views::F64(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
+        }
+        Ok(())
+    })?;
+    let parts = group.gather(&msg)?;
+    let picked: Vec<usize> = (0..sample.len()).collect();
+    match spec.fields[f].dtype {
+        DType::F32 => {
+            let boxes = unpack_boxes::<f32>(&parts, spec, l)?;
+            work(&Views::F32(sample_views(&boxes, masks)), &picked)
+        }
+        DType::F64 => {
+            let boxes = unpack_boxes::<f64>(&parts, spec, l)?;
+            work(&Views::F64(sample_views(&boxes, masks)), &picked)
+        }
+    }
+}
+
+/// The sampled boxes of every field of level `l`, each sent to the rank measuring the field (f
+/// mod ranks) in one exchange: per field, what each rank sent (empty for the others' fields).
+fn sample_exchange(
+    group: &Group,
+    l: usize,
+    spec: &SnapshotSpec,
+    mine: &[usize],
+    sample: &[usize],
+    with_views: &WithViews,
+) -> Result<Vec<Vec<Vec<u8>>>> {
+    let (ranks, nf) = (group.size(), spec.fields.len());
+    let wanted: BTreeSet<usize> = sample.iter().copied().collect();
+    let mut outgoing = vec![Vec::new(); ranks];
+    for f in 0..nf {
+        let mut msg = Vec::new();
+        with_views(l, f, &mut |views| {
+            match views {
+                Views::F32(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
+                Views::F64(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
+            }
+            Ok(())
+        })?;
+        let to: &mut Vec<u8> = &mut outgoing[f % ranks];
+        to.extend_from_slice(&(f as u64).to_le_bytes());
+        to.extend_from_slice(&(msg.len() as u64).to_le_bytes());
+        to.extend_from_slice(&msg);
+    }
+    let mut per_field = vec![Vec::new(); nf];
+    for part in group.exchange(outgoing)? {
+        let mut r = ByteReader::new(&part);
+        while r.remaining() > 0 {
+            let f = r.u64("field")? as usize;
+            let n = r.u64("sample length")? as usize;
+            let bytes = r.take(n, "sampled boxes")?.to_vec();
+            per_field.get_mut(f).ok_or_else(|| invalid!("a rank sent the sample of field {f}"))?.push(bytes);
+        }
+    }
+    Ok(per_field)
+}
+
+/// Packs this rank's boxes (`views`, level boxes `mine`) that are `wanted`, whole.
+fn pack_boxes<T: Element>(views: &[BoxView<T>], mine: &[usize], wanted: &BTreeSet<usize>, boxes: &[IBox], msg: &mut Vec<u8>) {
+    for (v, &i) in views.iter().zip(mine) {
+        if wanted.contains(&i) {
+            pack(&Piece { index: i as u32, region: boxes[i].clone(), values: extract(v, &boxes[i]) }, msg);
+        }
+    }
+}
+
+/// Every rank's packed boxes, in box order.
+fn unpack_boxes<T: Element>(parts: &[Vec<u8>], spec: &SnapshotSpec, l: usize) -> Result<Vec<Piece<T>>> {
+    let mut boxes = Vec::new();
+    for part in parts {
+        boxes.extend(unpack::<T>(part, spec.prob_lo.len(), &spec.levels[l].boxes)?);
+    }
+    boxes.sort_by_key(|p| p.index);
+    Ok(boxes)
+}
+
+fn sample_views<'a, T: Element>(boxes: &'a [Piece<T>], masks: &'a [Option<Vec<bool>>]) -> Vec<BoxView<'a, T>> {
+    boxes
+        .iter()
+        .map(|p| BoxView {
+            lo: p.region.lo.clone(),
+            hi: p.region.hi.clone(),
+            data: &p.values,
+            layout: Layout::C,
+            stored: masks[p.index as usize].as_deref(),
+            ghost: Vec::new(),
+        })
+        .collect()
+}
+
+/// The error of `streams` summed over every rank's chunks in lattice order, as one process sums
+/// its own (`LevelStreams::error`), so the sum does not depend on how the chunks are spread.
+fn spread_error(group: &Group, streams: &LevelStreams) -> Result<(f64, u64)> {
+    let mut msg = Vec::new();
+    for ((idx, _), (e, n)) in streams.chunks.iter().zip(&streams.chunk_errors) {
+        msg.extend_from_slice(&(idx.len() as u64).to_le_bytes());
+        idx.iter().for_each(|v| msg.extend_from_slice(&v.to_le_bytes()));
+        msg.extend_from_slice(&e.to_le_bytes());
+        msg.extend_from_slice(&n.to_le_bytes());
+    }
+    let mut all: Vec<(Vec<i64>, f64, u64)> = Vec::new();
+    for part in group.gather(&msg)? {
+        let mut r = ByteReader::new(&part);
+        while r.remaining() > 0 {
+            let dim = r.u64("chunk dimensions")? as usize;
+            let idx = (0..dim).map(|_| r.u64("chunk index").map(|v| v as i64)).collect::<std::result::Result<Vec<_>, _>>()?;
+            all.push((idx, r.f64("error")?, r.u64("cells")?));
+        }
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(amrzip_amr::level_codec::sum_errors(all.into_iter().map(|(_, e, n)| (e, n))))
+}
+
+/// Writes a level's shards (this rank's, in a parallel write) and, on rank 0, the array
+/// metadata; returns what each field became (summed over the ranks).
 #[allow(clippy::too_many_arguments)]
 fn store_level(
-    archive: &mut ArchiveWriter,
+    group: &Group,
+    output: &mut Output,
     meta: &SnapshotMeta,
     l: usize,
     lev: &LevelSpec,
     coded: Vec<Coded>,
     edge: usize,
+    owned: Option<&Ownership>,
     spec: &SnapshotSpec,
 ) -> Result<Vec<FieldSummary>> {
     let dim = meta.dim;
     let nf = coded.len();
     let space = meta.index_space(l).shape();
     let grid: Vec<usize> = space.iter().map(|&n| n.div_ceil(edge)).collect();
-    let present: BTreeSet<Vec<i64>> = coded.iter().flat_map(|c| c.streams.chunks.iter().map(|(i, _)| i.clone())).collect();
-    let m = chunking::shard_factor(&present, nf, &grid);
+    let (m, shard_count) = match owned {
+        Some(o) => (o.m, o.writers.len()),
+        None => {
+            let present: BTreeSet<Vec<i64>> = coded.iter().flat_map(|c| c.streams.chunks.iter().map(|(i, _)| i.clone())).collect();
+            let m = chunking::shard_factor(&present, nf, &grid);
+            (m, present.iter().map(|c| c.iter().map(|&i| i / m as i64).collect::<Vec<_>>()).collect::<BTreeSet<_>>().len())
+        }
+    };
     let per_shard = m.pow(dim as u32);
-    let shard_count = present.iter().map(|c| c.iter().map(|&i| i / m as i64).collect::<Vec<_>>()).collect::<BTreeSet<_>>().len();
-    // Per shard, per inner chunk: the chunk's position in the array and its bytes.
-    type Slots = Vec<Option<(u64, Vec<u8>)>>;
     let mut shards: BTreeMap<Vec<u64>, Slots> = BTreeMap::new();
     let mut fields = Vec::with_capacity(nf);
     let mut codecs = Vec::with_capacity(nf);
     let mut tables = Vec::new();
+    // Per field: stored cells, blocks, partial blocks, chunks and chunk bytes, summed over the
+    // ranks (each rank has every field's tables: they are pooled).
+    let mut sums = Vec::with_capacity(5 * nf);
+    let mut rest = Vec::with_capacity(nf);
     for (f, c) in coded.into_iter().enumerate() {
         let first = tables.len();
         let table_bytes: usize = c.streams.codebooks.iter().map(Vec::len).sum();
@@ -631,41 +1137,44 @@ fn store_level(
             chunk_bytes += bytes.len() + shard::varint_len(position);
             shards.entry(coords).or_insert_with(|| vec![None; nf * per_shard])[inner as usize] = Some((position, bytes));
         }
+        sums.extend([c.streams.stored_cells, c.streams.blocks, c.streams.partial_blocks, chunks, chunk_bytes].map(|v| v as f64));
+        rest.push((first..tables.len(), table_bytes, c.unit, c.eb, c.offset, c.streams.predictor.to_string()));
+    }
+    group.sum(&mut sums)?;
+    if let Some(o) = owned {
+        shards = to_writers(group, shards, o, nf * per_shard)?;
+    }
+    for (f, (range, table_bytes, unit, eb, offset, predictor)) in rest.into_iter().enumerate() {
         let dtype = spec.fields[f].dtype;
         let itemsize = if dtype == DType::F32 { 4 } else { 8 };
         let original: u64 = lev.boxes.iter().map(|b| b.cells().unwrap_or(0) as u64 * itemsize).sum();
+        let s = &sums[5 * f..5 * f + 5];
         let stats = FieldStats {
-            stored_cells: c.streams.stored_cells as u64,
-            blocks: c.streams.blocks as u64,
-            partial_blocks: c.streams.partial_blocks as u64,
-            chunks: chunks as u64,
+            stored_cells: s[0] as u64,
+            blocks: s[1] as u64,
+            partial_blocks: s[2] as u64,
+            chunks: s[3] as u64,
             original_bytes: original,
             // Its chunks, its tables and its slots in the shard indexes.
-            stored_bytes: (chunk_bytes + table_bytes + 16 * per_shard * shard_count) as u64,
+            stored_bytes: (s[4] as usize + table_bytes + 16 * per_shard * shard_count) as u64,
         };
         let abs_bound = meta.bounds[f].abs;
-        codecs.push(FieldCodec {
-            dtype,
-            unit: vec![c.unit; dim],
-            abs_bound,
-            eb: c.eb,
-            offset: c.offset,
-            predictor: c.streams.predictor.to_string(),
-            tables: first..tables.len(),
-        });
-        fields.push(FieldSummary { stats, unit: c.unit, chunk: edge, predictor: c.streams.predictor.to_string(), abs_bound });
+        codecs.push(FieldCodec { dtype, unit: vec![unit; dim], abs_bound, eb, offset, predictor: predictor.clone(), tables: range });
+        fields.push(FieldSummary { stats, unit, chunk: edge, predictor, abs_bound });
     }
     for (coords, chunks) in shards {
-        archive.add(&layout::shard_key(l, &coords), &shard::build(&chunks))?;
+        output.add(&layout::shard_key(l, &coords), shard::build(&chunks))?;
     }
-    let level_array = LevelArray {
-        fields: codecs,
-        tables,
-        chunk: vec![edge; dim],
-        shard: vec![m; dim],
-        stats: fields.iter().map(|f| f.stats.clone()).collect(),
-    };
-    let key = format!("{}/{}", layout::level_array(l), layout::ROOT);
-    archive.add(&key, &level_array.to_zarr_json(&space, &meta.fields))?;
+    if group.rank() == 0 {
+        let level_array = LevelArray {
+            fields: codecs,
+            tables,
+            chunk: vec![edge; dim],
+            shard: vec![m; dim],
+            stats: fields.iter().map(|f| f.stats.clone()).collect(),
+        };
+        let key = format!("{}/{}", layout::level_array(l), layout::ROOT);
+        output.add(&key, level_array.to_zarr_json(&space, &meta.fields))?;
+    }
     Ok(fields)
 }

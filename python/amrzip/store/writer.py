@@ -94,6 +94,7 @@ def write(
     adaptive_block: bool = True,
     conserve_mean: bool = True,
     progress: Optional[Callable[[str], None]] = None,
+    comm=None,
 ) -> dict:
     """Compresses hierarchy ``h`` into the store at ``path`` (created if needed) as snapshot
     ``snapshot`` (default ``step_<step>``); returns a summary with sizes per level and field.
@@ -109,7 +110,9 @@ def write(
     AMRIC's regression block rule, for comparison. With ``conserve_mean`` (default) a
     (level, field) whose errors lean one way is coded so that its mean is kept.
     ``progress(message)`` is called as each (level, field) starts; an exception it raises stops
-    the write and leaves the store as it was.
+    the write and leaves the store as it was. With ``comm`` (an mpi4py communicator), every rank
+    of it writes its part of one snapshot at once: ``h`` holds this rank's boxes only
+    (docs/parallel.md; ``amrzip.parallel.write``).
     """
     if not isinstance(h, Hierarchy):
         raise TypeError(f"write() takes an amrzip.amr.Hierarchy, got {type(h).__name__}")
@@ -118,7 +121,14 @@ def write(
     per_field = field_bounds(h.fields, rel=rel, abs=abs, bounds=bounds)
     name = snapshot if snapshot is not None else f"step_{h.step:06d}"
     _core.check_snapshot_name(name)
-    dtypes = {f: np.dtype(h.dtype(f)).newbyteorder("=") for f in h.fields}
+    if comm is not None:
+        from amrzip.parallel import gathered_levels
+
+        # Every rank's boxes, in one order whatever the distribution.
+        levels, gathered_dtypes = gathered_levels(comm, h)
+        if comm.Get_rank() != 0:
+            progress = None
+    dtypes = {f: np.dtype(gathered_dtypes[f] if comm is not None else h.dtype(f)).newbyteorder("=") for f in h.fields}
     for f, dt in dtypes.items():
         if dt not in (np.float32, np.float64):
             raise ValueError(f"field {f!r} is {dt}: the store keeps float32 and float64 fields")
@@ -154,16 +164,24 @@ def write(
         "source": json.dumps(h.attrs, default=str),
     }
     fields = list(h.fields)
+    collective = None
+    if comm is not None:
+        from amrzip.parallel import Collective
+
+        collective = Collective(comm)
+        for spec_level, (all_boxes, owners, _) in zip(spec["levels"], levels):
+            spec_level["boxes"], spec_level["owners"] = all_boxes, owners
 
     def boxes(L: int, f: int) -> list:
         # One field of one level at a time: readers of HDF5 files load a box when asked. The core
         # checks each array's shape, and hands back to `convert` those it cannot take as they are.
-        return h.level(L).field_data(fields[f])
+        arrays = h.level(L).field_data(fields[f])
+        return arrays if comm is None else [arrays[j] for j in levels[L][2]]
 
     def convert(a, f: int) -> np.ndarray:
         return _native(a, dtypes[fields[f]])
 
     report = None if progress is None else (lambda L, f: progress(f"level {L} field {fields[f]}"))
-    summary = _core.write_snapshot(str(path), name, spec, boxes, convert, options, report)
+    summary = _core.write_snapshot(str(path), name, spec, boxes, convert, options, report, collective)
     summary["ratio"] = summary["original_bytes"] / max(summary["stored_bytes"], 1)
     return summary

@@ -42,7 +42,9 @@ impl ContextCoder {
     pub fn choose(segments: &[&[u16]], zero: u16) -> (ContextCoder, Vec<Vec<u8>>) {
         use rayon::prelude::*;
         let n: usize = segments.iter().map(|s| s.len()).sum();
-        let adaptive = || -> Vec<Vec<u8>> { segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &Layout::plain(s.len()))).collect() };
+        let adaptive = || -> Vec<Vec<u8>> {
+            segments.par_iter().map(|s| residuals::encode(s, zero, &Start::default(), &Layout::plain(s.len()))).collect()
+        };
         if n <= ADAPTIVE_ONLY_SYMBOLS {
             return (ContextCoder::Adaptive, adaptive());
         }

@@ -156,6 +156,25 @@ impl Histogram {
         add_range(&mut self.counts, first - self.first, counts);
     }
 
+    /// `zeros u64 | first u64 | counts u64...`, for adding up those of other processes.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        [self.zeros, self.first as u64].iter().chain(&self.counts).flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// Adds counts written by `to_le_bytes`; false if they are not such counts.
+    pub fn merge_le_bytes(&mut self, bytes: &[u8]) -> bool {
+        let words: Vec<u64> = bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+        match words.as_slice() {
+            [zeros, first, counts @ ..]
+                if bytes.len().is_multiple_of(8) && (*first as usize).saturating_add(counts.len()) <= MAX_ALPHABET =>
+            {
+                self.add(&Histogram { zeros: *zeros, first: *first as usize, counts: counts.to_vec() });
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The number of symbols counted.
     pub fn total(&self) -> u64 {
         self.zeros + self.counts.iter().sum::<u64>()

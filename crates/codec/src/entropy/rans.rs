@@ -102,6 +102,22 @@ impl Counts {
         *c = c.saturating_add(n);
     }
 
+    /// The counts, context after context, for adding up those of other processes.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        self.counts.iter().flatten().flat_map(|c| c.to_le_bytes()).collect()
+    }
+
+    /// Adds counts written by `to_le_bytes` (of as many contexts).
+    pub fn merge_le_bytes(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() != self.counts.len() * TOKENS * 4 {
+            return false;
+        }
+        for (c, b) in self.counts.iter_mut().flatten().zip(bytes.chunks_exact(4)) {
+            *c = c.saturating_add(u32::from_le_bytes(b.try_into().expect("4 bytes")));
+        }
+        true
+    }
+
     pub fn merge(&mut self, other: &Counts) {
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             for (x, y) in a.iter_mut().zip(b) {

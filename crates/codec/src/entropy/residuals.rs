@@ -250,9 +250,10 @@ impl Default for Start {
 const START_SEEN: u16 = 30;
 
 impl Start {
-    /// Learns from the symbol streams `streams` (with their layouts, see `encode`), each coded
-    /// as its own stream.
-    pub fn learn<'a, 'b: 'a>(streams: impl IntoIterator<Item = (&'a [u16], &'a Layout<'b>)>, zero: u16) -> Start {
+    /// What a start is learnt from (`from_counts`): the zeros and ones decided in each cell by
+    /// the symbol streams `streams` (with their layouts, see `encode`), each coded as its own
+    /// stream. Counts of streams coded apart add up.
+    pub fn count<'a, 'b: 'a>(streams: impl IntoIterator<Item = (&'a [u16], &'a Layout<'b>)>, zero: u16) -> Vec<[u64; 2]> {
         struct Counts(Vec<[u64; 2]>);
         impl Coder for Counts {
             #[inline(always)]
@@ -267,9 +268,12 @@ impl Start {
         for (symbols, layout) in streams {
             walk(layout, &mut counts, |i| symbols[i] as i32 - zero as i32, |_| Ok(())).expect("counting cannot fail");
         }
+        counts.0 .0
+    }
+
+    /// The start learnt from `count`'s counts.
+    pub fn from_counts(counts: &[[u64; 2]]) -> Start {
         let cells = counts
-            .0
-             .0
             .iter()
             .map(|&[zeros, ones]| match Prob::learnt(zeros, ones, START_SEEN).parts() {
                 (p, seen) if seen == START_SEEN => stored(((p >> 8) as u8).max(1)).expect("a nonzero byte"),
@@ -485,7 +489,7 @@ mod tests {
         let layout = Layout::blocks(&cells, 3, parts());
         let symbols = regional(layout.symbols(), zero, 11);
         assert_eq!(symbols.len(), 400 + mask.iter().filter(|&&m| m).count() + 37 + 400);
-        let start = Start::learn([(&symbols[..], &layout)], zero);
+        let start = Start::from_counts(&Start::count([(&symbols[..], &layout)], zero));
         let bytes = encode(&symbols, zero, &start, &layout);
         let mut out = vec![0u16; symbols.len()];
         decode(&bytes, zero, 65536, &start, &layout, &mut out).unwrap();
@@ -511,7 +515,10 @@ mod tests {
     fn extreme_symbols_round_trip() {
         let zero = 32768u16;
         let symbols: Vec<u16> = [0u16, 65535, zero, zero + 1, zero - 1, 1, 65534].iter().cycle().take(1000).copied().collect();
-        assert_eq!(decoded(&encode(&symbols, zero, &Start::default(), &Layout::plain(symbols.len())), zero, symbols.len()).unwrap(), symbols);
+        assert_eq!(
+            decoded(&encode(&symbols, zero, &Start::default(), &Layout::plain(symbols.len())), zero, symbols.len()).unwrap(),
+            symbols
+        );
         assert_eq!(decoded(&encode(&[], zero, &Start::default(), &Layout::plain(0)), zero, 0).unwrap(), Vec::<u16>::new());
     }
 
