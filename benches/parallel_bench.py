@@ -176,7 +176,7 @@ def main():
     p.add_argument("--sim-ranks", default=",".join(map(str, SIM_RANKS)))
     p.add_argument("--boxes-per-rank", type=int, default=BOXES_PER_RANK, help=f"the tiling's boxes per rank, at least (default {BOXES_PER_RANK})")
     p.add_argument("--simulate-only", action="store_true")
-    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--timeout", type=float, default=600, help="seconds one write may take before it counts as hung (default 600)")
     p.add_argument("--json", help="also write the tables here")
     args = p.parse_args()
     args.datasets = [d for d in args.datasets.split(",") if d]

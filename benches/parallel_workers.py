@@ -6,7 +6,8 @@ CASE.npz (written by parallel_bench.py) holds an AMR hierarchy's boxes and value
 count, which rank holds each box. Every rank loads its boxes, the ranks meet at a barrier, write,
 meet again; rank 0 prints {"seconds", "stored_bytes"} as JSON. METHOD:
 
-- ``amrzip``: amrzip.parallel.write into the store OUT, in MODE (ratio, the default, or speed);
+- ``amrzip``: amrzip.parallel.write into the store OUT, in MODE (ratio, the default, or speed),
+  one thread a rank (as the peers: a rank per core);
 - ``mpiio``: the raw values, each rank's boxes one after another in one file (MPI-IO, collective);
 - ``h5py-sz3``: parallel HDF5 (h5py built with MPI), one dataset per (level, field) with each
   rank's boxes contiguous, in chunks of at most 2^20 values compressed by hdf5plugin's SZ3 filter
@@ -47,7 +48,11 @@ def mine(L):
     cells = np.prod(boxes[:, 1] - boxes[:, 0] + 1, axis=1)
     start = np.concatenate(([0], np.cumsum(cells)))
     idx = np.flatnonzero(owners == rank)
-    data = {f: [case[f"data_{L}_{f}"][start[i] : start[i + 1]].reshape(tuple(boxes[i, 1] - boxes[i, 0] + 1)) for i in idx] for f in fields}
+    data = {}
+    for f in fields:
+        # Copies: this rank's boxes alone stay in memory (an npz member is read whole).
+        values = case[f"data_{L}_{f}"]
+        data[f] = [values[start[i] : start[i + 1]].reshape(tuple(boxes[i, 1] - boxes[i, 0] + 1)).copy() for i in idx]
     return idx, data, cells
 
 
@@ -69,7 +74,7 @@ def amrzip_write():
     h = Hierarchy.from_arrays(specs, prob_lo=case["prob_lo"], prob_hi=case["prob_hi"])
     comm.Barrier()
     t = time.perf_counter()
-    s = parallel.write(comm, h, out, bounds={f: {"abs": float(b)} for f, b in zip(fields, bounds)}, snapshot="s", mode=mode)
+    s = parallel.write(comm, h, out, bounds={f: {"abs": float(b)} for f, b in zip(fields, bounds)}, snapshot="s", mode=mode, threads=1)
     comm.Barrier()
     return time.perf_counter() - t, s["stored_bytes"]
 
@@ -107,8 +112,19 @@ def h5py_write():
                     f"level_{L}/{name}", shape=(total,), dtype=dtypes[k],
                     chunks=(min(total, 1 << 20),), **hdf5plugin.SZ3(absolute=float(bounds[k])),
                 )
-                with d.collective:
-                    d[offset : offset + len(values)] = values
+                if len(values):
+                    with d.collective:
+                        d[offset : offset + len(values)] = values
+                else:
+                    # A rank without boxes here still takes part in the collective write, with
+                    # an empty selection (h5py skips empty slices, and the others would wait).
+                    fspace = d.id.get_space()
+                    fspace.select_none()
+                    mspace = h5py.h5s.create_simple((1,))
+                    mspace.select_none()
+                    dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
+                    dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_COLLECTIVE)
+                    d.id.write(mspace, fspace, np.zeros(1, dtypes[k]), dxpl=dxpl)
     comm.Barrier()
     return time.perf_counter() - t, os.path.getsize(out)
 
