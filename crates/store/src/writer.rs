@@ -971,15 +971,7 @@ fn with_sample(
         return with_views(l, f, &mut |views| work(views, sample));
     }
     let wanted: BTreeSet<usize> = sample.iter().copied().collect();
-    let mut msg = Vec::new();
-    with_views(l, f, &mut |views| {
-        match views {
-            Views::F32(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
-            Views::F64(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
-        }
-        Ok(())
-    })?;
-    let parts = group.gather(&msg)?;
+    let parts = group.gather(&packed_sample((l, f), spec, mine, &wanted, with_views)?)?;
     let picked: Vec<usize> = (0..sample.len()).collect();
     match spec.fields[f].dtype {
         DType::F32 => {
@@ -1007,14 +999,7 @@ fn sample_exchange(
     let wanted: BTreeSet<usize> = sample.iter().copied().collect();
     let mut outgoing = vec![Vec::new(); ranks];
     for f in 0..nf {
-        let mut msg = Vec::new();
-        with_views(l, f, &mut |views| {
-            match views {
-                Views::F32(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
-                Views::F64(v) => pack_boxes(v, mine, &wanted, &spec.levels[l].boxes, &mut msg),
-            }
-            Ok(())
-        })?;
+        let msg = packed_sample((l, f), spec, mine, &wanted, with_views)?;
         let to: &mut Vec<u8> = &mut outgoing[f % ranks];
         to.extend_from_slice(&(f as u64).to_le_bytes());
         to.extend_from_slice(&(msg.len() as u64).to_le_bytes());
@@ -1031,6 +1016,25 @@ fn sample_exchange(
         }
     }
     Ok(per_field)
+}
+
+/// This rank's boxes of field `f` of level `l` that are `wanted`, packed whole.
+fn packed_sample(
+    (l, f): (usize, usize),
+    spec: &SnapshotSpec,
+    mine: &[usize],
+    wanted: &BTreeSet<usize>,
+    with_views: &WithViews,
+) -> Result<Vec<u8>> {
+    let mut msg = Vec::new();
+    with_views(l, f, &mut |views| {
+        match views {
+            Views::F32(v) => pack_boxes(v, mine, wanted, &spec.levels[l].boxes, &mut msg),
+            Views::F64(v) => pack_boxes(v, mine, wanted, &spec.levels[l].boxes, &mut msg),
+        }
+        Ok(())
+    })?;
+    Ok(msg)
 }
 
 /// Packs this rank's boxes (`views`, level boxes `mine`) that are `wanted`, whole.
