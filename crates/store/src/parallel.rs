@@ -620,13 +620,37 @@ pub struct Ownership {
     pub writers: BTreeMap<Vec<i64>, usize>,
     /// Chunks per shard side.
     pub m: usize,
+    /// Stored cells held by a rank other than their chunk's owner (sent to it).
+    pub moved: u64,
 }
 
 impl Ownership {
-    /// `per_box`: `chunk_cells` of the level's `boxes` (held by the ranks `holders`) at edge
-    /// `edge`; `owned`: what each rank owns so far (all levels share it).
+    /// The ownership of a level at chunk edge `edge`: its boxes (held by the ranks `holders`,
+    /// storing the cells of `masks`) chunked from `origin` over the index space `space`, sharded
+    /// as the writer shards `fields` fields; `owned`: what each rank owns so far (all levels
+    /// share it).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub fn of_level(
+        boxes: &[IBox],
+        holders: &[i64],
+        masks: &[Option<Vec<bool>>],
+        origin: &[i64],
+        space: &[usize],
+        edge: usize,
+        fields: usize,
+        owned: &mut [f64],
+    ) -> Ownership {
+        let per_box = chunk_cells(boxes, masks, origin, edge);
+        let present: BTreeSet<Vec<i64>> = per_box.iter().flatten().map(|(c, _)| c.clone()).collect();
+        let grid: Vec<usize> = space.iter().map(|&n| n.div_ceil(edge)).collect();
+        let m = crate::chunking::shard_factor(&present, fields, &grid);
+        Ownership::new(boxes, holders, &per_box, origin, edge, m, owned)
+    }
+
+    /// `per_box`: `chunk_cells` of the level's `boxes` (held by the ranks `holders`) at edge
+    /// `edge`; `m` chunks per shard side.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
         boxes: &[IBox],
         holders: &[i64],
         per_box: &[Vec<(Vec<i64>, u64)>],
@@ -672,7 +696,9 @@ impl Ownership {
             .into_iter()
             .map(|(s, by)| (s, by.into_iter().max_by_key(|&(r, n)| (n, std::cmp::Reverse(r))).map_or(0, |(r, _)| r)))
             .collect();
-        Ownership { chunks, owner, pieces, writers, m }
+        // Cells whose holder is not their chunk's owner.
+        let moved = held.iter().filter(|&(&(u, r), _)| owner[u] != r).map(|(_, &n)| n).sum();
+        Ownership { chunks, owner, pieces, writers, m, moved }
     }
 }
 
@@ -701,16 +727,8 @@ pub fn simulate_owners(levels: &[SimulatedLevel], node: &[bool], ranks: usize) -
         };
         let origin = &lev.domain.lo;
         let Some(&(_, edge)) = crate::chunking::candidates(&lev.boxes, node, origin, None, None).first() else { continue };
-        let per_box = chunk_cells(&lev.boxes, &masks, origin, edge);
-        let present: BTreeSet<Vec<i64>> = per_box.iter().flatten().map(|(c, _)| c.clone()).collect();
         let space: Vec<usize> = lev.domain.shape().iter().zip(node).map(|(&n, &nd)| n + nd as usize).collect();
-        let grid: Vec<usize> = space.iter().map(|&n| n.div_ceil(edge)).collect();
-        let m = crate::chunking::shard_factor(&present, 1, &grid);
-        let own = Ownership::new(&lev.boxes, &lev.holders, &per_box, origin, edge, m, &mut owned);
-        let unit: BTreeMap<&Vec<i64>, usize> = own.chunks.iter().enumerate().map(|(u, c)| (c, u)).collect();
-        for (chunks, &holder) in per_box.iter().zip(&lev.holders) {
-            moved += chunks.iter().filter(|(c, _)| own.owner[unit[c]] as i64 != holder).map(|(_, n)| n).sum::<u64>();
-        }
+        moved += Ownership::of_level(&lev.boxes, &lev.holders, &masks, origin, &space, edge, 1, &mut owned).moved;
     }
     (owned, moved)
 }

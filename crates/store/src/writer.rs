@@ -13,9 +13,7 @@ use crate::conservation::conserve;
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::layout;
 use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_VERSION};
-use crate::parallel::{
-    chunk_cells, extract, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial, SpreadBlocks,
-};
+use crate::parallel::{extract, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial, SpreadBlocks};
 use crate::shard;
 use crate::store::Store;
 use amrzip_amr::boxes::{stored_mask, Coverage};
@@ -723,14 +721,11 @@ fn write_on(
             candidates[0].1
         };
         // A parallel write gives each shard an owner, which gets every rank's part of it.
-        let owned_here = parallel.then(|| {
-            let per_box = on_pool(threads, || Ok(chunk_cells(&lev.boxes, &masks[l], &origin, edge)))?;
-            let present: BTreeSet<Vec<i64>> = per_box.iter().flatten().map(|(c, _)| c.clone()).collect();
-            let grid: Vec<usize> = space.iter().map(|&n| n.div_ceil(edge)).collect();
-            let m = chunking::shard_factor(&present, nf, &grid);
-            Ok::<_, Error>(Ownership::new(&lev.boxes, &lev.owners, &per_box, &origin, edge, m, &mut owned))
-        });
-        let owned_here = owned_here.transpose()?;
+        let owned_here = parallel
+            .then(|| {
+                on_pool(threads, || Ok(Ownership::of_level(&lev.boxes, &lev.owners, &masks[l], &origin, &space, edge, nf, &mut owned)))
+            })
+            .transpose()?;
         let mut coded = Vec::with_capacity(nf);
         for f in 0..nf {
             // Reported as each field's compression starts: that is most of the work.
@@ -911,18 +906,7 @@ impl PieceJob<'_> {
         // In box order whoever sent them, so the coding does not depend on the ranks' order.
         pieces.sort_by(|a, b| (a.index, &a.region.lo).cmp(&(b.index, &b.region.lo)));
         let masks: Vec<Option<Vec<bool>>> = pieces.par_iter().map(|p| stored_mask(&p.region, self.coverage)).collect();
-        let views: Vec<BoxView<T>> = pieces
-            .iter()
-            .zip(&masks)
-            .map(|(p, m)| BoxView {
-                lo: p.region.lo.clone(),
-                hi: p.region.hi.clone(),
-                data: &p.values,
-                layout: Layout::C,
-                stored: m.as_deref(),
-                ghost: Vec::new(),
-            })
-            .collect();
+        let views = piece_views(&pieces, masks.iter().map(Option::as_deref));
         let ((unit, edge), o) = (self.tiles, self.options);
         on_pool(o.threads, || {
             spread(self.group, self.lev, self.masks, self.known, &views, |s| {
@@ -1056,15 +1040,22 @@ fn unpack_boxes<T: Element>(parts: &[Vec<u8>], spec: &SnapshotSpec, l: usize) ->
     Ok(boxes)
 }
 
+/// Whole sampled boxes as views, each with its box's stored cells (`masks`, by box).
 fn sample_views<'a, T: Element>(boxes: &'a [Piece<T>], masks: &'a [Option<Vec<bool>>]) -> Vec<BoxView<'a, T>> {
-    boxes
+    piece_views(boxes, boxes.iter().map(|p| masks[p.index as usize].as_deref()))
+}
+
+/// Views of pieces (C order, no ghost cells), each with its stored cells from `stored`.
+fn piece_views<'a, T: Element>(pieces: &'a [Piece<T>], stored: impl Iterator<Item = Option<&'a [bool]>>) -> Vec<BoxView<'a, T>> {
+    pieces
         .iter()
-        .map(|p| BoxView {
+        .zip(stored)
+        .map(|(p, stored)| BoxView {
             lo: p.region.lo.clone(),
             hi: p.region.hi.clone(),
             data: &p.values,
             layout: Layout::C,
-            stored: masks[p.index as usize].as_deref(),
+            stored,
             ghost: Vec::new(),
         })
         .collect()
