@@ -42,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amr_bench as ab  # noqa: E402
+import datasets  # noqa: E402
 from report import markdown_table  # noqa: E402
 
 import amrzip  # noqa: E402
@@ -82,10 +83,10 @@ def save_case(name: str, h, ranks: list[int], path: Path) -> int:
     return raw
 
 
-def run(mpiexec: str, python: str, case: Path, method: str, n: int, out: Path, timeout: float, mode: str) -> dict:
+def run(mpiexec: str, python: str, case: Path, method: str, n: int, out: Path, timeout: float, mode: str, worker: Path = WORKER) -> dict:
     if out.exists():
         shutil.rmtree(out) if out.is_dir() else out.unlink()
-    cmd = [mpiexec, "-n", str(n), python, str(WORKER), str(case), method, str(n), str(out), mode]
+    cmd = [mpiexec, "-n", str(n), python, str(worker), str(case), method, str(n), str(out), mode]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if r.returncode != 0:
@@ -125,6 +126,76 @@ def writes(args) -> list[list[str]]:
                                  f"{bw:.0f}", f"{bw / (raw / raw_seconds / 1e6):.3f}x", "-" if twice is None else f"{twice:.0f}"])
                     print(" | ".join(rows[-1]), file=sys.stderr)
     return rows
+
+
+VARIABLES_WORKER = HERE / "parallel_variables.py"
+PATTERNS = ["checkerboard", "flash", "many"]
+
+
+def pattern_variables(pattern: str) -> list[tuple[str, np.ndarray, tuple]]:
+    """(name, array, chunk shape) of a pattern's variables.
+
+    - checkerboard: the three synthetic 256^3 float32 fields of codec_bench, 64^3 chunks;
+    - flash: nine 128^3 Gaussian random fields (three spectra, three seeds, the reddest
+      exponentiated to a lognormal density) cut into 512 blocks of 16^3, FLASH's unknowns, in
+      chunks of 32 blocks;
+    - many: every level of every field of the real PeleLMeX plotfile, flattened to 1-D (111
+      variables), each one chunk."""
+    if pattern == "checkerboard":
+        return [(n, datasets.load(n), (64, 64, 64)) for n in ("smooth3d", "turbulence3d", "cosmology3d")]
+    if pattern == "flash":
+        out = []
+        for k, (slope, seed) in enumerate((s, 100 + j) for s in (-11 / 3, -3.0, -4.0) for j in range(3)):
+            f = datasets.gaussian_random_field((128, 128, 128), slope, seed)
+            if slope == -4.0:
+                f = np.exp(f)
+            blocks = f.reshape(8, 16, 8, 16, 8, 16).transpose(0, 2, 4, 1, 3, 5).reshape(512, 16, 16, 16)
+            out.append((f"var{k}", np.ascontiguousarray(blocks), (32, 16, 16, 16)))
+        return out
+    cases = [(n, a) for n, a in datasets.real_fields(want=lambda n: n.startswith("pelelmex_3d/"))]
+    return [(n.replace("/", "_").replace("(", "").replace(")", ""), np.ascontiguousarray(a).reshape(-1), (a.size,)) for n, a in cases]
+
+
+def patterns(args) -> tuple[list[list[str]], list[list[str]]]:
+    """The plain-variable patterns, every method at each rank count, in the same run; and the
+    reads of the ratio-mode files."""
+    rows, read_rows = [], []
+    methods = [(m, args.mpiexec, sys.executable) for m in ("amrzip", "amrzip-noagg", "amrzip-speed", "mpiio")]
+    if args.h5py_python:
+        methods.append(("h5py-sz3", args.h5py_mpiexec, args.h5py_python))
+    with tempfile.TemporaryDirectory() as tmp:
+        for pattern in args.patterns:
+            variables = pattern_variables(pattern)
+            if not variables:
+                print(f"{pattern}: no data (the real files are not in ../shared/data)", file=sys.stderr)
+                continue
+            case = Path(tmp) / f"{pattern}.npz"
+            arrays = {"pattern": pattern, "names": np.array([n for n, _, _ in variables])}
+            bounds = []
+            for k, (_, a, chunks) in enumerate(variables):
+                arrays[f"var_{k}"], arrays[f"chunks_{k}"] = a, np.array(chunks)
+                bounds.append(REL * float(np.nanmax(a) - np.nanmin(a)))
+            arrays["abs_bounds"] = np.array(bounds)
+            np.savez(case, **arrays)
+            raw = sum(a.nbytes for _, a, _ in variables)
+            del arrays, variables
+            for n in args.ranks:
+                best = {}
+                for _ in range(args.repeat):
+                    for method, mpiexec, python in methods:
+                        r = run(mpiexec, python, case, method, n, Path(tmp) / f"{pattern}-{method}-{n}", args.timeout, "", VARIABLES_WORKER)
+                        if method not in best or r["seconds"] < best[method]["seconds"]:
+                            best[method] = r
+                bw = {m: raw / r["seconds"] / 1e6 for m, r in best.items()}
+                for workload, rd in best["amrzip"]["reads"].items():
+                    # Whole-variable reads deliver every byte to every rank.
+                    volume = raw * (n if workload == "whole" else 1)
+                    read_rows.append([pattern, str(n), workload, *(f"{volume / rd[m] / 1e6:.0f}" for m in ("independent", "collective", "auto")), rd["chosen"]])
+                for method, r in best.items():
+                    vs = [f"{bw[method] / bw[ref]:.2f}x" if ref in bw else "-" for ref in ("mpiio", "h5py-sz3", "amrzip-noagg")]
+                    rows.append([pattern, str(n), method, f"{raw / 1e6:.1f}", f"{raw / r['stored_bytes']:.2f}", f"{r['seconds']:.3f}", f"{bw[method]:.0f}", *vs])
+                    print(" | ".join(rows[-1]), file=sys.stderr)
+    return rows, read_rows
 
 
 def tiled(h, copies: int) -> list[tuple]:
@@ -175,6 +246,7 @@ def main():
     p.add_argument("--sim-datasets", default="nyx,pelelmex_3d,advection_2d,warpx", help="datasets whose boxes the simulation tiles")
     p.add_argument("--sim-ranks", default=",".join(map(str, SIM_RANKS)))
     p.add_argument("--boxes-per-rank", type=int, default=BOXES_PER_RANK, help=f"the tiling's boxes per rank, at least (default {BOXES_PER_RANK})")
+    p.add_argument("--patterns", default=",".join(PATTERNS), help=f"plain-variable patterns to write (default {','.join(PATTERNS)}; '' for none)")
     p.add_argument("--simulate-only", action="store_true")
     p.add_argument("--timeout", type=float, default=600, help="seconds one write may take before it counts as hung (default 600)")
     p.add_argument("--json", help="also write the tables here")
@@ -184,6 +256,7 @@ def main():
     args.ranks = [int(v) for v in args.ranks.split(",")]
     args.modes = [m for m in args.modes.split(",") if m]
     args.sim_ranks = [int(v) for v in args.sim_ranks.split(",")]
+    args.patterns = [p for p in args.patterns.split(",") if p]
     out = {}
     if not args.simulate_only:
         rows = writes(args)
@@ -191,6 +264,15 @@ def main():
         print("\nParallel writes (effective bandwidth = raw bytes / wall time; vs raw: its ratio to raw MPI-IO's; 2x raw below:"
               " the file-system MB/s per rank under which it writes twice as fast as raw MPI-IO)\n")
         print(markdown_table(["dataset", "ranks", "method", "raw MB", "ratio", "seconds", "MB/s", "vs raw", "2x raw below"], rows))
+    if not args.simulate_only and args.patterns:
+        rows, read_rows = patterns(args)
+        out["patterns"], out["pattern_reads"] = rows, read_rows
+        print("\nPlain variables (effective bandwidth = raw bytes / wall time; vs: its bandwidth over that method's)\n")
+        print(markdown_table(["pattern", "ranks", "method", "raw MB", "ratio", "seconds", "MB/s", "vs raw MPI-IO", "vs HDF5+SZ3",
+                              "vs no aggregation"], rows))
+        print("\nReading back (own: every rank its puts' regions; whole: every rank every variable whole; a collective call"
+              " each; MB/s of raw bytes delivered)\n")
+        print(markdown_table(["pattern", "ranks", "reads", "independent", "through owners", "auto", "auto chose"], read_rows))
     rows = simulate(args)
     out["simulation"] = rows
     print("\nChunk owners simulated (load: stored cells owned; moved: share of stored cells sent to another rank)\n")

@@ -856,6 +856,32 @@ def _print_snapshot(d: dict):
     console.print(arrays)
 
 
+def _variables_snapshot(store: Path, name) -> dict | None:
+    """The variables of snapshot ``name`` (default: the latest) when it is a snapshot of plain
+    variables (amrzip.parallel.Writer), else None."""
+    from amrzip import _core
+
+    try:
+        return {"snapshot": name, "variables": _core.VariablesFile(str(store), name).variables()}
+    except (ValueError, KeyError, amrzip.StoreError):
+        return None
+
+
+def _print_variables(store: Path, d: dict, as_json: bool):
+    if as_json:
+        click.echo(json.dumps({"store": str(store), "kind": "variables", **d}, indent=2))
+        return
+    out = _stdout_console()
+    out.print(f"plain variables, in {store}", soft_wrap=True)
+    table = Table(box=None)
+    for column in ("variable", "type", "shape", "chunks", "abs bound", "chunks written", "stored"):
+        table.add_column(column, justify="left" if column in ("variable", "type") else "right")
+    for v in d["variables"]:
+        table.add_row(v["name"], v["dtype"], "x".join(map(str, v["shape"])), "x".join(map(str, v["chunks"])),
+                      f"{v['abs_bound']:.3g}", str(v["chunks_written"]), _size(v["stored_bytes"]))
+    out.print(table)
+
+
 @cli.command()
 @click.argument("store", metavar="OUT", type=_store_input)
 @click.option("--snapshot", help="Snapshot to describe [default: the latest].")
@@ -864,6 +890,10 @@ def inspect(store, snapshot, as_json):
     """Describe the snapshot store OUT: its snapshots and, for one of them, the fields and their
     bounds, the levels (boxes, blocks, chunks, cells stored and covered) and the sizes per level
     and field. Reads metadata only."""
+    variables = _variables_snapshot(store, snapshot)
+    if variables is not None:
+        _print_variables(store, variables, as_json)
+        return
     names, ds = _open_snapshot(store, snapshot)
     try:
         described = {"store": str(store), "snapshots": names, **ds.describe()}

@@ -13,6 +13,7 @@ use std::mem::MaybeUninit;
 mod boxes;
 mod store;
 mod streaming;
+mod variables;
 
 /// glibc hands every buffer over 32 MiB back to the kernel on free, so each call on a large
 /// field paid for page faults on fresh zeroed memory (a fifth of decompression time);
@@ -204,6 +205,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(boxes::check_nesting, m)?)?;
     m.add_function(wrap_pyfunction!(boxes::stored_mask, m)?)?;
     m.add_class::<streaming::StreamEncoder>()?;
+    m.add_class::<variables::VariablesWriter>()?;
+    m.add_class::<variables::VariablesFile>()?;
     m.add_class::<streaming::ChunkedWriter>()?;
     m.add_class::<streaming::ChunkedReader>()?;
     m.add("CACHE_BYTES", amrzip_store::reader::CACHE_BYTES)?;

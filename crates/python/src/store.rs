@@ -41,7 +41,7 @@ fn get<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyR
     d.get_item(key)?.ok_or_else(|| PyValueError::new_err(format!("missing {key:?}")))?.extract().map_err(Into::into)
 }
 
-fn dtype(name: &str) -> PyResult<DType> {
+pub(crate) fn dtype(name: &str) -> PyResult<DType> {
     match name {
         "float32" => Ok(DType::F32),
         "float64" => Ok(DType::F64),
@@ -230,15 +230,24 @@ impl<R, F: FnOnce() -> R> OnSameThread<F> {
 }
 
 /// A process group from Python: an object with `rank`, `size` and the methods
-/// `all_gather(bytes) -> list[bytes]`, `exchange(list[bytes]) -> list[bytes]` and
+/// `all_gather(bytes) -> list[bytes]`, `exchange(data, lengths) -> (uint8 array, lengths)` (the
+/// messages to each rank one after another, and what came from each) and
 /// `write_at(path, offset, bytes)` (`amrzip.parallel`'s adapter of an mpi4py communicator).
-struct PyCollective {
+pub(crate) struct PyCollective {
     comm: Py<PyAny>,
     rank: usize,
     size: usize,
 }
 
 impl PyCollective {
+    pub(crate) fn from_py(py: Python<'_>, comm: Option<Py<PyAny>>) -> PyResult<Option<PyCollective>> {
+        comm.map(|c| {
+            let (rank, size) = (c.getattr(py, "rank")?.extract(py)?, c.getattr(py, "size")?.extract(py)?);
+            Ok(PyCollective { comm: c, rank, size })
+        })
+        .transpose()
+    }
+
     fn call<'py, A: pyo3::call::PyCallArgs<'py>>(
         py: Python<'py>,
         comm: &Py<PyAny>,
@@ -266,8 +275,36 @@ impl store::parallel::Collective for PyCollective {
     }
     fn exchange(&self, to: Vec<Vec<u8>>) -> store::Result<Vec<Vec<u8>>> {
         Python::attach(|py| {
-            let to: Vec<Bound<PyBytes>> = to.iter().map(|b| PyBytes::new(py, b)).collect();
-            Self::byte_lists(Self::call(py, &self.comm, "exchange", (to,))?, "exchange")
+            // One buffer each way (the messages one after another, and their lengths): the
+            // bytes are copied once into Python and once out.
+            let total = to.iter().map(Vec::len).sum();
+            let data = PyBytes::new_with(py, total, |buf| {
+                let mut at = 0;
+                for m in &to {
+                    buf[at..at + m.len()].copy_from_slice(m);
+                    at += m.len();
+                }
+                Ok(())
+            })
+            .map_err(|e| store::Error::new(ErrorKind::Io, format!("exchange: {e}")))?;
+            let lengths: Vec<usize> = to.iter().map(Vec::len).collect();
+            drop(to);
+            let got = Self::call(py, &self.comm, "exchange", (data, lengths))?;
+            let bad = |e: PyErr| store::Error::new(ErrorKind::Io, format!("exchange returned {e}"));
+            let (data, lengths): (Bound<PyAny>, Vec<usize>) = got.extract().map_err(bad)?;
+            let data: numpy::PyReadonlyArray1<u8> = data.extract().map_err(bad)?;
+            let data = data.as_slice().map_err(|e| store::Error::new(ErrorKind::Io, format!("exchange returned {e}")))?;
+            if lengths.iter().sum::<usize>() != data.len() {
+                return Err(store::Error::new(ErrorKind::Io, "exchange returned lengths that do not add up to its data"));
+            }
+            let mut at = 0;
+            Ok(lengths
+                .iter()
+                .map(|&n| {
+                    at += n;
+                    data[at - n..at].to_vec()
+                })
+                .collect())
         })
     }
     fn write_at(&self, path: &std::path::Path, offset: u64, bytes: &[u8]) -> store::Result<()> {
@@ -303,12 +340,7 @@ pub fn write_snapshot<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let spec = self::spec(spec)?;
     let opts = self::options(options)?;
-    let comm = comm
-        .map(|c| -> PyResult<PyCollective> {
-            let (rank, size) = (c.getattr(py, "rank")?.extract(py)?, c.getattr(py, "size")?.extract(py)?);
-            Ok(PyCollective { comm: c, rank, size })
-        })
-        .transpose()?;
+    let comm = PyCollective::from_py(py, comm)?;
     let rank = comm.as_ref().map(|c| c.rank as i64);
     let source = PySource {
         boxes,

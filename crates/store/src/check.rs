@@ -43,7 +43,12 @@ pub fn check(path: &Path, repair: bool) -> Result<Value> {
     let mut snapshots = Vec::new();
     let mut ok = true;
     for entry in store.snapshots()? {
-        let report = match Snapshot::open(&entry).and_then(|s| s.verify()) {
+        let verified = if crate::variables::holds_variables(&entry) {
+            crate::variables::VariablesFile::open(&entry.path).and_then(|f| f.verify())
+        } else {
+            Snapshot::open(&entry).and_then(|s| s.verify())
+        };
+        let report = match verified {
             Ok(chunks) => json!({"name": entry.name, "path": entry.path.to_string_lossy(), "ok": true, "chunks": chunks}),
             Err(e) => {
                 ok = false;

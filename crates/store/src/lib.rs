@@ -25,6 +25,7 @@ pub mod parallel;
 pub mod reader;
 pub mod shard;
 pub mod store;
+pub mod variables;
 pub mod writer;
 pub mod zarr_codec;
 

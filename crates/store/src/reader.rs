@@ -198,7 +198,15 @@ impl Snapshot {
                 (c, bytes, file.display().to_string())
             }
         };
-        let meta = SnapshotMeta::from_json(&group_attributes(&meta_bytes, &where_)?, &where_)?;
+        let attributes = group_attributes(&meta_bytes, &where_)?;
+        if attributes["kind"] == "variables" {
+            return Err(invalid!(
+                "{}: snapshot {:?} holds plain variables, not an AMR hierarchy (amrzip.parallel.open_variables or zarr reads it)",
+                entry.path.display(),
+                entry.name
+            ));
+        }
+        let meta = SnapshotMeta::from_json(&attributes, &where_)?;
         if (entry.kind == SnapshotKind::File) != (meta.version >= 3) {
             return Err(corrupt!("{where_}: snapshot version {} cannot be stored as a {:?}", meta.version, entry.kind));
         }

@@ -13,7 +13,9 @@ use crate::conservation::conserve;
 use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::layout;
 use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_VERSION};
-use crate::parallel::{extract, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial, SpreadBlocks};
+use crate::parallel::{
+    extract, guarded, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial, SpreadBlocks,
+};
 use crate::shard;
 use crate::store::Store;
 use amrzip_amr::boxes::{stored_mask, Coverage};
@@ -432,7 +434,7 @@ fn checked_spec(spec: &SnapshotSpec, where_: &str) -> Result<SnapshotMeta> {
 }
 
 /// Runs `work` on the rayon pool of `threads` (all cores when None).
-fn on_pool<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+pub(crate) fn on_pool<R: Send>(threads: Option<usize>, work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     amrzip_codec::run_with_threads(threads, || Ok(work()))?
 }
 
@@ -463,13 +465,7 @@ pub fn write_snapshot_parallel(
     progress: &mut dyn FnMut(usize, usize) -> Result<()>,
 ) -> Result<WriteSummary> {
     let group = Group::new(comm);
-    // A panic on one rank must reach the others like an error, or they would wait for it.
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_on(&group, store, name, spec, data, options, progress)));
-    let result = run.unwrap_or_else(|panic| {
-        let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
-        Err(invalid!("internal error (please report it): {}", what.unwrap_or_default()))
-    });
-    result.inspect_err(|e| group.fail(e))
+    guarded(&group, || write_on(&group, store, name, spec, data, options, progress))
 }
 
 /// Where a rank's entries go: straight into the file (one process), or kept until every
@@ -520,7 +516,8 @@ fn write_on(
     let temp = pending.as_ref().map_or_else(PathBuf::new, |p| p.temp_path().to_path_buf());
     let temp = if parallel {
         let asked = format!(
-            "{name} {options:?} {:?} {:?}",
+            "{} {name} {options:?} {:?} {:?}",
+            store.display(),
             spec.node,
             spec.fields.iter().map(|f| (&f.name, f.dtype, f.mode, f.bound)).collect::<Vec<_>>()
         );
@@ -528,7 +525,7 @@ fn write_on(
         let text: Vec<String> = all.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
         if let Some(r) = text.iter().position(|t| t.split('\n').next() != Some(asked.as_str())) {
             return Err(invalid!(
-                "rank {r} was asked for another snapshot, fields, bounds or options than rank {rank}: every rank must pass the same"
+                "rank {r} was asked for another store, snapshot, fields, bounds or options than rank {rank}: every rank must pass the same"
             ));
         }
         PathBuf::from(text[0].split_once('\n').map_or("", |(_, p)| p))

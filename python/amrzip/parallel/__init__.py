@@ -3,7 +3,7 @@
 Each rank holds some boxes of each level (AMReX's distribution map); ``write(comm, part, path)``
 makes one snapshot of all of them, as a serial write of the whole hierarchy would: bounds and
 layout decisions come from reductions, each shard of a level is compressed by one owner (the
-rank holding most of it, less a penalty for what it already owns), the others send it their
+rank holding most of it, less a penalty for load beyond an even share), the others send it their
 pieces, and every owner writes its shards into the snapshot file at its own offset with MPI-IO.
 Rank 0 commits. The work is in the store's Rust core; this module is the MPI transport (mpi4py)
 and the gathering of the box lists.
@@ -40,18 +40,19 @@ class Collective:
         self.comm.Allgatherv(np.frombuffer(data, dtype=np.uint8), [out, counts, displs, MPI.BYTE])
         return [out[d : d + c].tobytes() for d, c in zip(displs, counts)]
 
-    def exchange(self, outgoing: list) -> list:
+    def exchange(self, data: bytes, lengths: list) -> tuple:
+        """Sends ``lengths[r]`` bytes of ``data`` (the messages one after another) to each rank
+        r; returns what came, one message after another, and the length of each."""
         from mpi4py import MPI
 
-        send_counts = np.array([len(b) for b in outgoing], dtype=np.int64)
+        send_counts = np.array(lengths, dtype=np.int64)
         recv_counts = np.empty(self.size, dtype=np.int64)
         self.comm.Alltoall(send_counts, recv_counts)
-        send = np.frombuffer(b"".join(outgoing), dtype=np.uint8) if send_counts.sum() else np.empty(0, np.uint8)
         recv = np.empty(int(recv_counts.sum()), dtype=np.uint8)
         sd = np.concatenate(([0], np.cumsum(send_counts)[:-1]))
         rd = np.concatenate(([0], np.cumsum(recv_counts)[:-1]))
-        self.comm.Alltoallv([send, send_counts, sd, MPI.BYTE], [recv, recv_counts, rd, MPI.BYTE])
-        return [recv[d : d + c].tobytes() for d, c in zip(rd, recv_counts)]
+        self.comm.Alltoallv([np.frombuffer(data, dtype=np.uint8), send_counts, sd, MPI.BYTE], [recv, recv_counts, rd, MPI.BYTE])
+        return recv, recv_counts.tolist()
 
     def write_at(self, path: str, offset: int, data: bytes) -> None:
         from mpi4py import MPI
@@ -164,11 +165,31 @@ class ParallelDataset:
         return getattr(self.dataset, name)
 
 
+def on_every_rank(comm, work):
+    """``work()`` on every rank of ``comm`` (collective): if it raises on any rank, it raises on
+    all of them (that rank's own exception there, a ValueError naming the rank elsewhere), so no
+    rank goes on to a collective call the failed one will never make."""
+    try:
+        result, error = work(), None
+    except Exception as e:  # noqa: BLE001 - every failure must reach the other ranks
+        result, error = None, e
+    errors = comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error
+    failed = next(((r, e) for r, e in enumerate(errors) if e), None)
+    if failed:
+        raise ValueError(f"rank {failed[0]}: {failed[1]}")
+    return result
+
+
 def open(comm, path, snapshot: Optional[str] = None, threads: Optional[int] = None) -> ParallelDataset:
     """Opens snapshot ``snapshot`` (default the latest) of the store at ``path`` on every rank of
-    ``comm``; each rank reads what it needs (``read(field, region=...)``, ``read_my_boxes``)."""
-    comm.Barrier()
-    return ParallelDataset(comm, open_store(path, snapshot=snapshot, threads=threads))
+    ``comm`` (collective: a rank that cannot open it stops them all); each rank reads what it
+    needs (``read(field, region=...)``, ``read_my_boxes``)."""
+    return ParallelDataset(comm, on_every_rank(comm, lambda: open_store(path, snapshot=snapshot, threads=threads)))
 
 
-__all__ = ["Collective", "ParallelDataset", "gathered_levels", "open", "world", "write", "write_from"]
+from amrzip.parallel.variables import VariablesReader, Writer, open_variables  # noqa: E402
+
+__all__ = ["Collective", "ParallelDataset", "VariablesReader", "Writer", "gathered_levels", "on_every_rank", "open", "open_variables", "world",
+           "write", "write_from"]
