@@ -41,6 +41,7 @@ pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
 pub use grid::{for_each_index, strides};
 pub use predictor::PredictorKind;
+pub use range::finite_range;
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
 pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, start as start_threads};

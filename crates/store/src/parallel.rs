@@ -12,12 +12,13 @@
 //! and stop with it instead of waiting for a rank that will never come.
 
 use crate::error::{invalid, Error, ErrorKind, Result};
+use crate::store::{PendingSnapshot, Store};
 use amrzip_amr::{BoxView, ChunkPlan, IBox, Layout, Spread, Tiling};
 use amrzip_codec::blockset::{Block, BlockInfo, Pool};
 use amrzip_codec::{ByteReader, Element};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::io::{Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What the writer needs of a process group. Calls are collective: every rank makes the same
@@ -166,6 +167,40 @@ impl<'a> Group<'a> {
         self.gather(&[])?;
         self.comm.write_at(path, offset, bytes).inspect_err(|_| self.done.store(true, Ordering::Relaxed))
     }
+}
+
+/// Starts snapshot `name` of the store at `store` on rank 0 and checks that every rank was asked
+/// for the same (`asked` describes the request; `mismatch(r)` is the error when rank r's differs):
+/// rank 0's pending snapshot (None elsewhere), and the temporary file every rank writes into.
+pub fn begin_together(
+    group: &Group,
+    store: &Path,
+    name: &str,
+    asked: &str,
+    mismatch: impl Fn(usize) -> Error,
+) -> Result<(Option<PendingSnapshot>, PathBuf)> {
+    let pending = if group.rank() == 0 { Some(Store::open_or_create(store)?.begin(name)?) } else { None };
+    let temp = pending.as_ref().map_or_else(PathBuf::new, |p| p.temp_path().to_path_buf());
+    if group.size() == 1 {
+        return Ok((pending, temp));
+    }
+    let all = group.gather(format!("{asked}\n{}", temp.display()).as_bytes())?;
+    let text: Vec<String> = all.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
+    if let Some(r) = text.iter().position(|t| t.split('\n').next() != Some(asked)) {
+        return Err(mismatch(r));
+    }
+    Ok((pending, PathBuf::from(text[0].split_once('\n').map_or("", |(_, p)| p))))
+}
+
+/// Rank 0 commits `pending`, a file of `len` bytes; every rank returns (its length, its path).
+pub fn commit_together(group: &Group, pending: Option<PendingSnapshot>, len: u64) -> Result<(u64, PathBuf)> {
+    let committed = match pending {
+        Some(p) => format!("{len} {}", p.commit()?.display()),
+        None => String::new(),
+    };
+    let committed = String::from_utf8_lossy(&group.gather(committed.as_bytes())?[0]).into_owned();
+    let (len, path) = committed.split_once(' ').ok_or_else(|| invalid!("rank 0 sent no commit"))?;
+    Ok((len.parse().map_err(|_| invalid!("rank 0 sent no commit"))?, PathBuf::from(path)))
 }
 
 /// Runs one collective operation of `group`: a panic becomes an error like any other, and an

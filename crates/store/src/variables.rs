@@ -13,10 +13,11 @@
 
 use crate::archive::Archive;
 use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
-use crate::parallel::{assign_owners, guarded, ArchiveRounds, Collective, Group, OWNER_PENALTY};
+use crate::metadata::{dtype_from_name, dtype_name};
+use crate::parallel::{assign_owners, begin_together, commit_together, guarded, ArchiveRounds, Collective, Group, OWNER_PENALTY};
 use crate::store::{PendingSnapshot, SnapshotEntry, SnapshotKind, Store};
 use crate::writer::{on_pool, Values};
-use amrzip_codec::{ByteReader, Config, DType, Element, ErrorBound, Policy, Preset, StreamEncoder};
+use amrzip_codec::{finite_range, strides, ByteReader, Config, DType, Element, ErrorBound, Policy, Preset, StreamEncoder};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -166,13 +167,6 @@ impl Variable {
         c.iter().for_each(|i| k.push_str(&format!("/{i}")));
         k
     }
-
-    fn dtype_name(&self) -> &'static str {
-        match self.dtype {
-            DType::F32 => "float32",
-            DType::F64 => "float64",
-        }
-    }
 }
 
 /// The chunks of `var` a region (start, shape) overlaps, with the cells of each overlap.
@@ -228,11 +222,6 @@ fn for_rows(
     mut row: impl FnMut(usize, usize, usize),
 ) {
     let nd = src_shape.len();
-    let strides = |shape: &[usize]| {
-        let mut s = vec![1usize; nd];
-        (0..nd.saturating_sub(1)).rev().for_each(|d| s[d] = s[d + 1] * shape[d + 1]);
-        s
-    };
     let (ss, ds) = (strides(src_shape), strides(dst_shape));
     let (lo, shape) = region;
     let len = shape[nd - 1];
@@ -300,8 +289,7 @@ fn place<T: Element>(
 /// Zarr chunk grid asks for costs the codec almost nothing.
 fn pad_edges<T: Copy>(buf: &mut [T], full: &[usize], valid: &[usize]) {
     let nd = full.len();
-    let mut stride = vec![1usize; nd];
-    (0..nd.saturating_sub(1)).rev().for_each(|d| stride[d] = stride[d + 1] * full[d + 1]);
+    let stride = strides(full);
     // Innermost axis first, so each copied block already has its inner padding.
     for d in (0..nd).rev() {
         if valid[d] == full[d] {
@@ -317,10 +305,6 @@ fn pad_edges<T: Copy>(buf: &mut [T], full: &[usize], valid: &[usize]) {
             }
         }
     }
-}
-
-fn finite_range<T: Element>(values: &[T]) -> (f64, f64) {
-    values.iter().map(|v| v.to_f64()).filter(|v| v.is_finite()).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)))
 }
 
 fn u64s(at: &mut ByteReader, n: usize, what: &str) -> Result<Vec<usize>> {
@@ -370,22 +354,18 @@ impl VariablesWriter {
             if options.threads == Some(0) {
                 return Err(invalid!("threads must be at least 1"));
             }
-            let pending = if group.rank() == 0 { Some(Store::open_or_create(store)?.begin(name)?) } else { None };
-            let temp = pending.as_ref().map_or_else(PathBuf::new, |p| p.temp_path().to_path_buf());
             let asked = format!("{} {name} {vars:?} {:?} {:?}", store.display(), options.preset, options.aggregate);
-            let all = group.gather(format!("{asked}\n{}", temp.display()).as_bytes())?;
-            let text: Vec<String> = all.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
-            if let Some(r) = text.iter().position(|t| t.split('\n').next() != Some(asked.as_str())) {
-                return Err(invalid!(
+            let (pending, temp) = begin_together(&group, store, name, &asked, |r| {
+                invalid!(
                     "rank {r} gave another store, snapshot, variables or options than rank {}: every rank must give the same",
                     group.rank()
-                ));
-            }
+                )
+            })?;
             let n = vars.len();
             Ok(VariablesWriter {
                 options,
                 pending,
-                temp: PathBuf::from(text[0].split_once('\n').map_or("", |(_, p)| p)),
+                temp,
                 archive: ArchiveRounds::default(),
                 eb: vars.iter().map(|v| if let Bound::Abs(b) = v.bound { Some(b) } else { None }).collect(),
                 written: vec![BTreeSet::new(); n],
@@ -426,7 +406,7 @@ impl VariablesWriter {
             ));
         }
         if dtype != v.dtype {
-            return Err(invalid!("variable {name:?} holds {}; the put gives {}", v.dtype_name(), dtype.name()));
+            return Err(invalid!("variable {name:?} holds {}; the put gives {}", dtype_name(v.dtype), dtype.name()));
         }
         if let Some((c, _)) = overlaps(v, start, shape).into_iter().find(|(c, _)| self.is_written(var, c)) {
             return Err(invalid!(
@@ -675,17 +655,8 @@ impl VariablesWriter {
         }
         self.archive.write(group, &self.temp, &entries)?;
         let len = std::mem::take(&mut self.archive).finish(group, &self.temp)?;
-        let committed = match self.pending.take() {
-            Some(p) => format!("{len} {}", p.commit()?.display()),
-            None => String::new(),
-        };
-        let committed = String::from_utf8_lossy(&group.gather(committed.as_bytes())?[0]).into_owned();
-        let (len, path) = committed.split_once(' ').ok_or_else(|| invalid!("rank 0 sent no commit"))?;
-        Ok(VariablesSummary {
-            path: PathBuf::from(path),
-            stored_bytes: len.parse().map_err(|_| invalid!("rank 0 sent no commit"))?,
-            variables,
-        })
+        let (stored_bytes, path) = commit_together(group, self.pending.take(), len)?;
+        Ok(VariablesSummary { path, stored_bytes, variables })
     }
 }
 
@@ -793,7 +764,7 @@ fn array_json(var: &Variable, s: &VariableSummary, preset: Preset) -> Value {
         "zarr_format": 3,
         "node_type": "array",
         "shape": var.shape,
-        "data_type": var.dtype_name(),
+        "data_type": dtype_name(var.dtype),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": var.chunks}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": fill,
@@ -1064,11 +1035,10 @@ fn stored_variable(name: &str, doc: &Value) -> std::result::Result<StoredVariabl
     }
     let shape = usizes(&doc["shape"]).ok_or("no shape")?;
     let chunks = usizes(&doc["chunk_grid"]["configuration"]["chunk_shape"]).ok_or("no regular chunk grid")?;
-    let dtype = match doc["data_type"].as_str() {
-        Some("float32") => DType::F32,
-        Some("float64") => DType::F64,
-        other => return Err(format!("data type {other:?}, not float32 or float64")),
-    };
+    let dtype = doc["data_type"]
+        .as_str()
+        .and_then(dtype_from_name)
+        .ok_or_else(|| format!("data type {}, not float32 or float64", doc["data_type"]))?;
     if doc["codecs"].as_array().map(|c| c.len()) != Some(1) || doc["codecs"][0]["name"] != "amrzip" {
         return Err("its codecs are not amrzip's alone".into());
     }

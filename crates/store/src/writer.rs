@@ -14,10 +14,10 @@ use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::layout;
 use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_VERSION};
 use crate::parallel::{
-    extract, guarded, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial, SpreadBlocks,
+    begin_together, commit_together, extract, guarded, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial,
+    SpreadBlocks,
 };
 use crate::shard;
-use crate::store::Store;
 use amrzip_amr::boxes::{stored_mask, Coverage};
 use amrzip_amr::{BoxView, ChunkPlan, IBox, Keep, Layout, LevelStreams, Spread, Tiling};
 use amrzip_codec::blockset::Choice;
@@ -512,26 +512,17 @@ fn write_on(
     }
     // Rank 0 starts the snapshot file; the others learn its name (or rank 0's error), and every
     // rank checks that all were asked the same (what each decides depends on it).
-    let pending = if rank == 0 { Some(Store::open_or_create(store)?.begin(name)?) } else { None };
-    let temp = pending.as_ref().map_or_else(PathBuf::new, |p| p.temp_path().to_path_buf());
-    let temp = if parallel {
-        let asked = format!(
-            "{} {name} {options:?} {:?} {:?}",
-            store.display(),
-            spec.node,
-            spec.fields.iter().map(|f| (&f.name, f.dtype, f.mode, f.bound)).collect::<Vec<_>>()
-        );
-        let all = group.gather(format!("{asked}\n{}", temp.display()).as_bytes())?;
-        let text: Vec<String> = all.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
-        if let Some(r) = text.iter().position(|t| t.split('\n').next() != Some(asked.as_str())) {
-            return Err(invalid!(
-                "rank {r} was asked for another store, snapshot, fields, bounds or options than rank {rank}: every rank must pass the same"
-            ));
-        }
-        PathBuf::from(text[0].split_once('\n').map_or("", |(_, p)| p))
-    } else {
-        temp
-    };
+    let asked = format!(
+        "{} {name} {options:?} {:?} {:?}",
+        store.display(),
+        spec.node,
+        spec.fields.iter().map(|f| (&f.name, f.dtype, f.mode, f.bound)).collect::<Vec<_>>()
+    );
+    let (pending, temp) = begin_together(group, store, name, &asked, |r| {
+        invalid!(
+            "rank {r} was asked for another store, snapshot, fields, bounds or options than rank {rank}: every rank must pass the same"
+        )
+    })?;
     let threads = options.threads;
     let node = meta.node.clone();
     // Per level, this rank's boxes (by their index in the level).
@@ -792,15 +783,8 @@ fn write_on(
         }
         Output::Parts(entries) => {
             let len = write_archive(group, &temp, &entries)?;
-            let committed = match pending {
-                Some(p) => format!("{len} {}", p.commit()?.display()),
-                None => String::new(),
-            };
             // Every rank returns what rank 0 committed.
-            let committed = String::from_utf8_lossy(&group.gather(committed.as_bytes())?[0]).into_owned();
-            let (len, path) = committed.split_once(' ').ok_or_else(|| invalid!("rank 0 sent no commit"))?;
-            summary.stored_bytes = len.parse().map_err(|_| invalid!("rank 0 sent no commit"))?;
-            summary.path = PathBuf::from(path);
+            (summary.stored_bytes, summary.path) = commit_together(group, pending, len)?;
         }
     }
     Ok(summary)

@@ -105,11 +105,8 @@ class Writer:
         """Flushes what is left, writes the metadata and commits the snapshot (collective).
         Every rank returns the same summary: path, sizes, and per variable its bound, chunks
         and sizes."""
-        if self._puts:
-            self.flush()
-        else:
-            # Other ranks may still have puts: the flush is collective.
-            self._core.flush([], self._comm)
+        # Collective even with no puts left here: other ranks may have some.
+        self.flush()
         return self._core.close(self._comm)
 
     def __enter__(self):
