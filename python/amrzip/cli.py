@@ -18,6 +18,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
+from fractions import Fraction
 from pathlib import Path
 
 import click
@@ -36,10 +37,11 @@ from rich.progress import (
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, amr_demo, capi, demo, parallel, streaming
+from amrzip import _arrayfile, amr_demo, capi, demo, multires, parallel, streaming
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
+from amrzip.multires import MultiresDataset, export_idx, levels_dropped
 from amrzip.store import check_snapshot_name
 from amrzip.store import snapshots as store_snapshots
 from amrzip.store.dataset import COVERED
@@ -718,8 +720,12 @@ def _write_progress(description: str, pieces: dict):
     help="Chunk edge in cells, rounded up to a multiple of the unit block [default: about the boxes' size, 16-32 in 3-d, 32-128 in 2-d].",
 )
 @click.option("--mode", type=click.Choice(MODES), default="ratio", show_default=True, help="Optimise for ratio or for speed.")
+@click.option(
+    "--layout", type=click.Choice(["amr", "multires"]), default="amr", show_default=True,
+    help="amr: a level per array, covered cells dropped; multires: the levels coalesced into one HZ-ordered array per field, read at any resolution.",
+)
 @_threads_option
-def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit, chunk, mode, threads):
+def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit, chunk, mode, layout, threads):
     """Compress the AMR snapshot PLOTFILE (AMReX plotfile folder, AMReX HDF5 or Chombo HDF5) into
     the snapshot store OUT, created if needed, as a new snapshot. Every stored cell keeps its
     field's error bound; cells that a finer level covers are not stored but rebuilt on reading."""
@@ -748,6 +754,14 @@ def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit,
     # Under an MPI launcher every rank reads and compresses its share of the boxes.
     comm = parallel.world()
     lead = comm is None or comm.Get_rank() == 0
+    if layout == "multires":
+        for option, value in (("--unit", unit), ("--chunk", chunk), ("--mode", None if mode == "ratio" else mode)):
+            if value is not None:
+                raise click.UsageError(f"{option} applies to --layout amr")
+        if comm is not None and comm.Get_size() > 1:
+            _stop(lead, "--layout multires is written by one process; run it without mpiexec")
+        _convert_multires(source, store, h, rel_bound, abs_bound, bounds, snapshot, threads)
+        return
     options = dict(rel=rel_bound, abs=abs_bound, bounds=bounds or None, snapshot=snapshot, mode=mode, unit=unit, chunk=chunk, threads=threads)
     try:
         itemsize = {f: np.dtype(h.dtype(f)).itemsize for f in h.fields}
@@ -769,6 +783,27 @@ def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit,
     original, stored = summary["original_bytes"], summary["stored_bytes"]
     click.echo(
         f"{source} -> {summary['path']}: {_plural(h.num_levels, 'level')}, {_plural(len(h.fields), 'field')}, "
+        f"{_size(original)} -> {_size(stored)}, ratio {summary['ratio']:.2f}, {seconds:.2f} s, {_rate(original, seconds)}"
+    )
+
+
+def _convert_multires(source, store, h, rel_bound, abs_bound, bounds, snapshot, threads):
+    itemsize = {f: np.dtype(h.dtype(f)).itemsize for f in h.fields}
+    pieces = {f"field {f}": sum(lev.num_cells for lev in h.levels) * itemsize[f] for f in h.fields}
+    try:
+        with _write_progress(f"converting {source.name}", pieces) as report:
+            start = time.perf_counter()
+            summary = multires.write(h, store, rel=rel_bound, abs=abs_bound, bounds=bounds or None, snapshot=snapshot,
+                                     threads=threads, progress=report)
+            seconds = time.perf_counter() - start
+    except FileExistsError as e:
+        hint = "; choose another name with --snapshot" if "already exists" in str(e) else ""
+        raise click.ClickException(f"{e}{hint}") from None
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    original, stored = summary["original_bytes"], summary["stored_bytes"]
+    click.echo(
+        f"{source} -> {store}: snapshot {summary['snapshot']}, multiresolution, {_plural(len(h.fields), 'field')}, "
         f"{_size(original)} -> {_size(stored)}, ratio {summary['ratio']:.2f}, {seconds:.2f} s, {_rate(original, seconds)}"
     )
 
@@ -902,7 +937,29 @@ def inspect(store, snapshot, as_json):
     if as_json:
         click.echo(json.dumps(described, indent=2))
         return
+    if isinstance(ds, MultiresDataset):
+        _print_multires(described)
+        return
     _print_snapshot(described)
+
+
+def _print_multires(d: dict):
+    out = _stdout_console()
+    out.print(f"snapshot {d['snapshot']} (multiresolution, HZ order), in {d['store']}", soft_wrap=True)
+    table = Table(box=None)
+    for column in ("field", "type", "shape", "abs bound", "HZ levels", "blocks stored", "kept", "stored", "ratio"):
+        table.add_column(column, justify="left" if column in ("field", "type") else "right")
+    for f in d["fields"]:
+        # An AMR field's raw size is its levels' cells, not the coalesced space's.
+        cells = (f.get("attributes") or {}).get("amr_cells") or math.prod(f["shape"])
+        raw = cells * np.dtype(f["dtype"]).itemsize
+        stored = f["index_bytes"] + f["data_bytes"]
+        kept = "all" if not f["tile"] else f"tiles of {f['tile']}"
+        table.add_row(
+            f["name"], f["dtype"], "x".join(map(str, f["shape"])), f"{f['bound']['abs']:.3g}", str(f["levels"]),
+            f"{f['blocks_stored']}/{f['blocks']}", kept, _size(stored), f"{raw / max(stored, 1):.1f}",
+        )
+    out.print(table)
 
 
 @cli.command()
@@ -962,12 +1019,29 @@ def check(store, repair, as_json):
     help="A .npy file for a region; any other name writes the snapshot as an AMReX plotfile folder.",
 )
 @click.option("--plotfile", "as_plotfile", is_flag=True, help="Write an AMReX plotfile folder whatever OUTPUT is named.")
+@click.option(
+    "--resolution", metavar="FRACTION",
+    help="Multiresolution snapshots: the fraction of the points to read, 1/2^m such as 1/8 or 1/64 [default: 1].",
+)
+@click.option(
+    "--format", "idx_format", type=click.Choice(["npy", "idx"]),
+    help="Multiresolution snapshots: write .npy, or an OpenVisus IDX dataset (needs the openvisus package) [default: from OUTPUT's suffix].",
+)
 @_force_option
-def extract(store, snapshot, level, fields, region_text, covered, output, as_plotfile, force):
+def extract(store, snapshot, level, fields, region_text, covered, output, as_plotfile, resolution, idx_format, force):
     """Extract from the snapshot store OUT one field of one level over a region, as .npy
     (indexed [i, j, k], x first), or the whole snapshot (all fields, or --field) as an AMReX
-    plotfile folder. Only the chunks needed are read."""
+    plotfile folder. Only the chunks needed are read. From a multiresolution snapshot: one field
+    at --resolution over --region (in the full-resolution index space), as .npy or as an
+    OpenVisus IDX dataset; only the blocks needed are read."""
     _, ds = _open_snapshot(store, snapshot)
+    if isinstance(ds, MultiresDataset):
+        _extract_multires(ds, fields, region_text, resolution, idx_format, output, force,
+                          level=level, covered=covered, as_plotfile=as_plotfile)
+        return
+    for option, value in (("--resolution", resolution), ("--format", idx_format)):
+        if value is not None:
+            raise click.UsageError(f"{option} applies to multiresolution snapshots; snapshot {ds.name} is an AMR one")
     where = f"snapshot {ds.name}"
     plotfile = as_plotfile or output.suffix.lower() != ".npy"
     if plotfile:
@@ -1007,6 +1081,46 @@ def extract(store, snapshot, level, fields, region_text, covered, output, as_plo
         raise click.ClickException(str(e)) from None
     read = ds.bytes_read
     click.echo(f"{ds.path} -> {output}: {what}; read {_size(read)} from the store (the snapshot holds {_size(ds.stored_bytes)})")
+
+
+def _extract_multires(ds, fields, region_text, resolution, idx_format, output, force, *, level, covered, as_plotfile):
+    for option, value in (("--level", level), ("--covered", covered), ("--plotfile", as_plotfile or None)):
+        if value is not None:
+            raise click.UsageError(f"{option} applies to AMR snapshots; snapshot {ds.name} is a multiresolution one")
+    if fields is None and len(ds.fields) == 1:
+        fields = ds.fields
+    if fields is None or len(fields) != 1:
+        raise click.UsageError(f"give one --field (snapshot {ds.name} holds {_names(ds.fields)})")
+    (field,) = _pick_fields(ds.fields, fields, "--field", f"snapshot {ds.name}")
+    fmt = idx_format or ("idx" if output.suffix.lower() == ".idx" else "npy")
+    if output.exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    try:
+        dropped = levels_dropped(resolution if resolution is not None else 1, "--resolution")
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    shape = ds.shape(field)
+    region = None
+    if region_text is not None:
+        lo, hi = _parse_region(region_text, len(shape), ((0,) * len(shape), tuple(n - 1 for n in shape)), 0)
+        region = tuple((a, b + 1) for a, b in zip(lo, hi))
+    if fmt == "idx" and region is not None:
+        raise click.UsageError("--region applies to .npy extracts; an IDX export holds the whole field")
+    itemsize = np.dtype(ds.info(field)["dtype"]).itemsize
+    nbytes = math.prod(shape) * itemsize >> dropped
+    try:
+        if fmt == "idx":
+            with _activity(f"exporting {field}", nbytes):
+                export_idx(ds, field, output, resolution=Fraction(1, 1 << dropped))
+            what = f"{field} as OpenVisus IDX"
+        else:
+            with _activity(f"extracting {field}", nbytes):
+                array = ds.read(field, resolution=Fraction(1, 1 << dropped), region=region)
+            _arrayfile.write_array(output, array, "little")
+            what = f"{field} at 1/{1 << dropped} of its points, {array.dtype.name} {_arrayfile.format_shape(array.shape)}"
+    except (amrzip.StoreError, ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"{ds.path} -> {output}: {what}; read {_size(ds.bytes_read)} from the store (the snapshot holds {_size(ds.stored_bytes)})")
 
 
 @cli.command("config")

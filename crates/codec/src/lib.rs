@@ -46,6 +46,18 @@ pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
 pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, start as start_threads};
 
+/// The codec's stages, for layouts that drive prediction themselves (the HZ multiresolution
+/// layout predicts each resolution level from the coarser ones): the quantizer, the two entropy
+/// coders with their shared statistics (Huffman codebooks, context tables), the zstd stage and
+/// the byte helpers of the formats.
+pub mod stages {
+    pub use crate::bytes::{crc32, put_varint};
+    pub use crate::entropy::contexts::ContextCoder;
+    pub use crate::entropy::frames::zstd_compress;
+    pub use crate::entropy::huffman::{Codebook, Histogram};
+    pub use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
+}
+
 /// How the user states the error bound.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ErrorBound {

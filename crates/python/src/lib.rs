@@ -11,6 +11,7 @@ use pyo3::types::{PyBytes, PyDict};
 use std::mem::MaybeUninit;
 
 mod boxes;
+mod multires;
 mod store;
 mod streaming;
 mod variables;
@@ -202,6 +203,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptStreamError", m.py().get_type::<CorruptStreamError>())?;
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
     store::register(m)?;
+    multires::register(m)?;
     m.add_function(wrap_pyfunction!(boxes::check_nesting, m)?)?;
     m.add_function(wrap_pyfunction!(boxes::stored_mask, m)?)?;
     m.add_class::<streaming::StreamEncoder>()?;

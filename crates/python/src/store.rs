@@ -49,7 +49,7 @@ pub(crate) fn dtype(name: &str) -> PyResult<DType> {
     }
 }
 
-fn spec(s: &Bound<'_, PyDict>) -> PyResult<store::SnapshotSpec> {
+pub(crate) fn spec(s: &Bound<'_, PyDict>) -> PyResult<store::SnapshotSpec> {
     let fields: Vec<Bound<PyDict>> = get(s, "fields")?;
     let fields = fields
         .iter()
@@ -123,7 +123,7 @@ enum Borrowed<'py> {
 /// is not of the field's dtype in native byte order, aligned and C- or Fortran-contiguous is
 /// passed through `convert(array, field)` first; every array must have its box's shape. An
 /// exception either raises is kept to be raised again, and stops the write.
-struct PySource {
+pub(crate) struct PySource {
     boxes: Py<PyAny>,
     convert: Py<PyAny>,
     dtypes: Vec<DType>,
@@ -134,7 +134,35 @@ struct PySource {
 }
 
 impl PySource {
-    fn keep(&self, e: PyErr) -> store::Error {
+    /// The boxes of `spec` this rank holds (all of them when `rank` is None).
+    pub(crate) fn new(spec: &store::SnapshotSpec, boxes: Py<PyAny>, convert: Py<PyAny>, rank: Option<i64>) -> PySource {
+        PySource {
+            boxes,
+            convert,
+            dtypes: spec.fields.iter().map(|f| f.dtype).collect(),
+            names: spec.fields.iter().map(|f| f.name.clone()).collect(),
+            shapes: spec
+                .levels
+                .iter()
+                .map(|l| {
+                    l.boxes
+                        .iter()
+                        .zip(l.owners.iter().map(Some).chain(std::iter::repeat(None)))
+                        .filter(|(_, o)| rank.is_none() || *o == rank.as_ref())
+                        .map(|(b, _)| b.shape())
+                        .collect()
+                })
+                .collect(),
+            raised: Mutex::new(None),
+        }
+    }
+
+    /// The exception a callback raised, if any (to raise again once the write has stopped).
+    pub(crate) fn raised(self) -> Option<PyErr> {
+        self.raised.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn keep(&self, e: PyErr) -> store::Error {
         let message = e.to_string();
         self.raised.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         store::Error::new(ErrorKind::Interrupted, message)
@@ -342,26 +370,7 @@ pub fn write_snapshot<'py>(
     let opts = self::options(options)?;
     let comm = PyCollective::from_py(py, comm)?;
     let rank = comm.as_ref().map(|c| c.rank as i64);
-    let source = PySource {
-        boxes,
-        convert,
-        dtypes: spec.fields.iter().map(|f| f.dtype).collect(),
-        names: spec.fields.iter().map(|f| f.name.clone()).collect(),
-        // This rank's boxes (all, writing alone).
-        shapes: spec
-            .levels
-            .iter()
-            .map(|l| {
-                l.boxes
-                    .iter()
-                    .zip(l.owners.iter().map(Some).chain(std::iter::repeat(None)))
-                    .filter(|(_, o)| rank.is_none() || *o == rank.as_ref())
-                    .map(|(b, _)| b.shape())
-                    .collect()
-            })
-            .collect(),
-        raised: Mutex::new(None),
-    };
+    let source = PySource::new(&spec, boxes, convert, rank);
     let result = py.detach(|| {
         let mut report = |level: usize, field: usize| -> store::Result<()> {
             let Some(cb) = &progress else { return Ok(()) };
@@ -372,7 +381,7 @@ pub fn write_snapshot<'py>(
             None => store::write_snapshot(&path, name, &spec, &source, &opts, &mut report),
         }
     });
-    if let Some(e) = source.raised.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = source.raised() {
         return Err(e);
     }
     let summary = result.map_err(store_err)?;

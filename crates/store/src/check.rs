@@ -45,6 +45,8 @@ pub fn check(path: &Path, repair: bool) -> Result<Value> {
     for entry in store.snapshots()? {
         let verified = if crate::variables::holds_variables(&entry) {
             crate::variables::VariablesFile::open(&entry.path).and_then(|f| f.verify())
+        } else if crate::multires::holds_multires(&entry) {
+            crate::multires::MultiresSnapshot::open(&entry).and_then(|s| s.verify())
         } else {
             Snapshot::open(&entry).and_then(|s| s.verify())
         };

@@ -5,6 +5,8 @@
 //!   a zip archive; a level's fields are one array whose chunks live in shards. Snapshots are
 //!   committed atomically by many writers at once and survive a crash at any instant
 //!   (`docs/format.md`, section 15).
+//! - Multiresolution snapshots: arrays in HZ order, compressed level by level, read at a reduced
+//!   resolution, over a region or progressively ([`multires`], `docs/format.md` section 17).
 //! - The chunked-stream container (AMRS): one stream of records written chunk after chunk
 //!   (`docs/format.md`, section 13), in [`chunked_stream`].
 
@@ -21,6 +23,7 @@ pub mod error;
 pub mod geometry;
 pub mod layout;
 pub mod metadata;
+pub mod multires;
 pub mod parallel;
 pub mod reader;
 pub mod shard;

@@ -206,6 +206,13 @@ impl Snapshot {
                 entry.name
             ));
         }
+        if attributes["kind"] == crate::multires::KIND {
+            return Err(invalid!(
+                "{}: snapshot {:?} holds multiresolution (HZ) arrays, not an AMR hierarchy (amrzip.open reads it as a MultiresDataset)",
+                entry.path.display(),
+                entry.name
+            ));
+        }
         let meta = SnapshotMeta::from_json(&attributes, &where_)?;
         if (entry.kind == SnapshotKind::File) != (meta.version >= 3) {
             return Err(corrupt!("{where_}: snapshot version {} cannot be stored as a {:?}", meta.version, entry.kind));

@@ -37,7 +37,12 @@ def snapshots(path) -> list[str]:
 
 def open_store(path, snapshot: Optional[str] = None, threads: Optional[int] = None) -> "Dataset":
     """Opens snapshot ``snapshot`` of the store at ``path`` (default: the latest committed).
-    Reads decode chunks on ``threads`` threads (default: all cores)."""
+    Reads decode chunks on ``threads`` threads (default: all cores). A multiresolution snapshot
+    opens as an ``amrzip.multires.MultiresDataset``."""
+    if _core.snapshot_kind(str(path), snapshot) == "multires":
+        from amrzip.multires import open_multires
+
+        return open_multires(path, snapshot, threads)
     return Dataset(_core.Snapshot.latest(str(path), snapshot, _threads(threads)))
 
 

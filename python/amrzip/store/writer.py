@@ -77,6 +77,32 @@ def _positive_int(value, name: str, low: int, high: Optional[int] = None):
     return int(value)
 
 
+def hierarchy_spec(h: Hierarchy, per_field: dict, dtypes: dict) -> dict:
+    """What the store's core needs to know of hierarchy ``h`` besides its values: geometry, boxes
+    and each field's type and bound (``per_field[f]`` = (mode, bound))."""
+    return {
+        "node": list(h.nodal),
+        "fields": [{"name": f, "dtype": dtypes[f].name, "mode": per_field[f][0], "bound": per_field[f][1]} for f in h.fields],
+        "levels": [
+            {
+                "domain": (list(lev.domain[0]), list(lev.domain[1])),
+                "ref_ratio": [int(r) for r in lev.ref_ratios] if L + 1 < h.num_levels else [1] * h.dim,
+                "dx": [float(x) for x in lev.dx],
+                "boxes": [(list(lo), list(hi)) for lo, hi in lev.boxes],
+                "owners": [int(o) for o in lev.owners],
+            }
+            for L, lev in enumerate(h.levels)
+        ],
+        "prob_lo": [float(v) for v in h.prob_lo],
+        "prob_hi": [float(v) for v in h.prob_hi],
+        "coord_sys": int(h.coord_sys),
+        "time": float(h.time),
+        "step": int(h.step),
+        # Whatever JSON can keep of the reader's extras.
+        "source": json.dumps(h.attrs, default=str),
+    }
+
+
 def write(
     h: Hierarchy,
     path,
@@ -142,27 +168,7 @@ def write(
         "adaptive_block": bool(adaptive_block),
         "conserve_mean": bool(conserve_mean),
     }
-    spec = {
-        "node": list(h.nodal),
-        "fields": [{"name": f, "dtype": dtypes[f].name, "mode": per_field[f][0], "bound": per_field[f][1]} for f in h.fields],
-        "levels": [
-            {
-                "domain": (list(lev.domain[0]), list(lev.domain[1])),
-                "ref_ratio": [int(r) for r in lev.ref_ratios] if L + 1 < h.num_levels else [1] * h.dim,
-                "dx": [float(x) for x in lev.dx],
-                "boxes": [(list(lo), list(hi)) for lo, hi in lev.boxes],
-                "owners": [int(o) for o in lev.owners],
-            }
-            for L, lev in enumerate(h.levels)
-        ],
-        "prob_lo": [float(v) for v in h.prob_lo],
-        "prob_hi": [float(v) for v in h.prob_hi],
-        "coord_sys": int(h.coord_sys),
-        "time": float(h.time),
-        "step": int(h.step),
-        # Whatever JSON can keep of the reader's extras.
-        "source": json.dumps(h.attrs, default=str),
-    }
+    spec = hierarchy_spec(h, per_field, dtypes)
     fields = list(h.fields)
     collective = None
     if comm is not None:

@@ -1,0 +1,353 @@
+//! HZ geometry: which axis each level refines, the lattice of each level, IDX blocks and HZ
+//! indices.
+//!
+//! Arrays of 1 to 3 dimensions are handled as 3-D with leading axes of length 1 (axis 2 is the
+//! fastest, C order). Axis `k` of length `n_k` takes `b_k = ceil(log2 n_k)` bits; the array is
+//! the part below `n` of a padded box of `2^b_k` cells per axis. Level `j >= 1` refines axis
+//! `axes[j - 1]`: after it the lattice spacing along axis `k` is `2^(b_k - c_k(j))`, where
+//! `c_k(j)` counts the levels up to `j` that refine `k`. The points of level `j` are the points
+//! of its lattice not on the lattice before it: along the refined axis they sit at odd
+//! multiples of the new spacing. Axes are refined finest-first in the order 2, 1, 0 (axes with
+//! bits left), so the last `d` levels of a `d`-dimensional cube halve every axis once: dropping
+//! them reads every other point along each axis, 1/2^d of the points.
+
+/// Axes of the internal 3-D view.
+pub const AXES: usize = 3;
+/// Block sizes allowed, in bits of HZ slots.
+pub const BLOCK_BITS: std::ops::RangeInclusive<u32> = 6..=24;
+/// At most this many bits of HZ index (levels) in all: 2^48 points.
+pub const MAX_BITS: u32 = 48;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    dims: usize,
+    shape: [usize; AXES],
+    bits: [u32; AXES],
+    /// `axes[j - 1]` is the axis level `j` refines.
+    axes: Vec<u8>,
+    /// `counts[j][k]`: levels `1..=j` refining axis `k`.
+    counts: Vec<[u32; AXES]>,
+    /// `first[k][c]`: the first level after which axis `k` has been refined `c` times.
+    first: [Vec<u32>; AXES],
+    block_bits: u32,
+}
+
+/// The points of a level a block holds: lattice indices `lo..hi` per axis (a point of level `j`
+/// at lattice index `i` sits at `start + step * i`, see [`Geometry::lattice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LevelBlock {
+    pub level: u32,
+    pub lo: [usize; AXES],
+    pub hi: [usize; AXES],
+}
+
+impl LevelBlock {
+    pub fn is_empty(&self) -> bool {
+        (0..AXES).any(|k| self.lo[k] >= self.hi[k])
+    }
+
+    pub fn slots(&self) -> usize {
+        (0..AXES).map(|k| self.hi[k].saturating_sub(self.lo[k])).product()
+    }
+}
+
+/// Where a level's points sit: along axis `k`, at `start[k] + step[k] * i` for `i < count[k]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lattice {
+    pub start: [usize; AXES],
+    pub step: [usize; AXES],
+    pub count: [usize; AXES],
+}
+
+fn ceil_log2(n: usize) -> u32 {
+    usize::BITS - (n.max(1) - 1).leading_zeros()
+}
+
+impl Geometry {
+    /// The geometry of a C-order array of `shape` (1 to 3 axes, each at least 1) in blocks of
+    /// `2^block_bits` HZ slots.
+    pub fn new(shape: &[usize], block_bits: u32) -> Result<Geometry, String> {
+        if shape.is_empty() || shape.len() > AXES {
+            return Err(format!("HZ layouts take arrays of 1 to {AXES} dimensions, not {}", shape.len()));
+        }
+        if shape.contains(&0) {
+            return Err(format!("array shape {shape:?} has an empty axis"));
+        }
+        if !BLOCK_BITS.contains(&block_bits) {
+            return Err(format!("block size 2^{block_bits} outside 2^{}..2^{}", BLOCK_BITS.start(), BLOCK_BITS.end()));
+        }
+        let dims = shape.len();
+        let mut padded = [1usize; AXES];
+        padded[AXES - dims..].copy_from_slice(shape);
+        let bits = padded.map(ceil_log2);
+        if bits.iter().sum::<u32>() > MAX_BITS {
+            return Err(format!("array shape {shape:?} needs more than 2^{MAX_BITS} HZ slots"));
+        }
+        let mut left = bits;
+        let mut fine_first = Vec::new();
+        while left.iter().any(|&b| b > 0) {
+            for k in (0..AXES).rev() {
+                if left[k] > 0 {
+                    left[k] -= 1;
+                    fine_first.push(k as u8);
+                }
+            }
+        }
+        let axes: Vec<u8> = fine_first.into_iter().rev().collect();
+        let mut counts = vec![[0u32; AXES]];
+        for &a in &axes {
+            let mut c = *counts.last().unwrap();
+            c[a as usize] += 1;
+            counts.push(c);
+        }
+        let first = std::array::from_fn(|k| {
+            let mut f = vec![0u32];
+            for (j, c) in counts.iter().enumerate().skip(1) {
+                if c[k] as usize == f.len() {
+                    f.push(j as u32);
+                }
+            }
+            f
+        });
+        Ok(Geometry { dims, shape: padded, bits, axes, counts, first, block_bits })
+    }
+
+    /// The user's number of dimensions.
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// The shape in the user's dimensions.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape[AXES - self.dims..]
+    }
+
+    /// The shape on the internal 3 axes.
+    pub fn shape3(&self) -> [usize; AXES] {
+        self.shape
+    }
+
+    pub fn block_bits(&self) -> u32 {
+        self.block_bits
+    }
+
+    /// The finest level (the total number of bits); levels are `0..=levels()`.
+    pub fn levels(&self) -> u32 {
+        self.axes.len() as u32
+    }
+
+    /// The axis level `j >= 1` refines.
+    pub fn axis(&self, j: u32) -> usize {
+        self.axes[j as usize - 1] as usize
+    }
+
+    /// IDX's bitmask string: `V`, then the axis each level refines, coarsest first, numbered
+    /// as the user's axes (0 = the slowest).
+    pub fn bitmask(&self) -> String {
+        let offset = (AXES - self.dims) as u8;
+        std::iter::once('V').chain(self.axes.iter().map(|&a| char::from(b'0' + a - offset))).collect()
+    }
+
+    /// Lattice spacing along each axis once levels `0..=j` are in.
+    pub fn spacing(&self, j: u32) -> [usize; AXES] {
+        std::array::from_fn(|k| 1usize << (self.bits[k] - self.counts[j as usize][k]))
+    }
+
+    /// The shape of the array subsampled at level `j` (every point of levels `0..=j`).
+    pub fn reduced_shape(&self, j: u32) -> [usize; AXES] {
+        let s = self.spacing(j);
+        std::array::from_fn(|k| self.shape[k].div_ceil(s[k]))
+    }
+
+    /// Where level `j`'s points sit.
+    pub fn lattice(&self, j: u32) -> Lattice {
+        if j == 0 {
+            return Lattice { start: [0; AXES], step: [1; AXES], count: [1; AXES] };
+        }
+        let s = self.spacing(j);
+        let a = self.axis(j);
+        let mut lattice = Lattice { start: [0; AXES], step: s, count: std::array::from_fn(|k| self.shape[k].div_ceil(s[k])) };
+        lattice.start[a] = s[a];
+        lattice.step[a] = 2 * s[a];
+        lattice.count[a] = if self.shape[a] > s[a] { (self.shape[a] - s[a]).div_ceil(2 * s[a]) } else { 0 };
+        lattice
+    }
+
+    /// The level holding the point at `x`: the first whose lattice it is on.
+    pub fn level_of(&self, x: [usize; AXES]) -> u32 {
+        (0..AXES)
+            .map(|k| {
+                let tz = if x[k] == 0 { self.bits[k] } else { x[k].trailing_zeros().min(self.bits[k]) };
+                self.first[k][(self.bits[k] - tz) as usize]
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The point's HZ index: `2^(level - 1)` plus its Z index among its level's points
+    /// (bits of levels `1..level`, coarsest most significant); 0 for the origin.
+    pub fn hz_index(&self, x: [usize; AXES]) -> u64 {
+        let j = self.level_of(x);
+        if j == 0 {
+            return 0;
+        }
+        let lattice = self.lattice(j);
+        let mut coord: [u64; AXES] = std::array::from_fn(|k| ((x[k] - lattice.start[k]) / lattice.step[k]) as u64);
+        let mut z = 0u64;
+        for l in (1..j).rev() {
+            let k = self.axis(l);
+            z |= (coord[k] & 1) << (j - 1 - l);
+            coord[k] >>= 1;
+        }
+        (1u64 << (j - 1)) | z
+    }
+
+    /// Levels that go into block 0 (IDX's first block holds HZ slots `0..2^block_bits`).
+    pub fn first_block_levels(&self) -> u32 {
+        self.block_bits.min(self.levels())
+    }
+
+    /// Number of blocks of the padded HZ space (stored or skipped).
+    pub fn blocks(&self) -> u64 {
+        1u64 << self.levels().saturating_sub(self.block_bits)
+    }
+
+    /// Global block numbers of level `j`'s blocks (block 0 holds levels up to
+    /// [`first_block_levels`](Self::first_block_levels)).
+    pub fn level_blocks(&self, j: u32) -> std::ops::Range<u64> {
+        if j <= self.first_block_levels() {
+            return 0..1;
+        }
+        let n = 1u64 << (j - 1 - self.block_bits);
+        n..2 * n
+    }
+
+    /// The level of block `g` (for block 0: its finest level).
+    pub fn block_level(&self, g: u64) -> u32 {
+        if g == 0 {
+            self.first_block_levels()
+        } else {
+            self.block_bits + 1 + (63 - g.leading_zeros())
+        }
+    }
+
+    /// The points of block `g`, one [`LevelBlock`] per level it holds (empty ones included for
+    /// block 0, whose levels are whole).
+    pub fn block(&self, g: u64) -> Vec<LevelBlock> {
+        if g == 0 {
+            return (0..=self.first_block_levels()).map(|j| LevelBlock { level: j, lo: [0; AXES], hi: self.lattice(j).count }).collect();
+        }
+        let j = self.block_level(g);
+        let i = g - self.level_blocks(j).start;
+        let (top, bb) = ((j - 1 - self.block_bits) as usize, self.block_bits as usize);
+        let mut c = [0usize; AXES];
+        for l in 1..=top {
+            let k = self.axis(l as u32);
+            c[k] = 2 * c[k] + ((i >> (top - l)) & 1) as usize;
+        }
+        let count = self.lattice(j).count;
+        let (inner, outer) = (self.counts[j as usize - 1], self.counts[j as usize - 1 - bb]);
+        let mut b = LevelBlock { level: j, lo: [0; AXES], hi: [0; AXES] };
+        for k in 0..AXES {
+            let e = 1usize << (inner[k] - outer[k]);
+            b.lo[k] = (c[k] * e).min(count[k]);
+            b.hi[k] = ((c[k] + 1) * e).min(count[k]);
+        }
+        vec![b]
+    }
+
+    /// The box of the array (half-open, per axis) a level block's points span.
+    pub fn block_extent(&self, b: &LevelBlock) -> ([usize; AXES], [usize; AXES]) {
+        let l = self.lattice(b.level);
+        (
+            std::array::from_fn(|k| l.start[k] + l.step[k] * b.lo[k]),
+            std::array::from_fn(|k| l.start[k] + l.step[k] * (b.hi[k].max(b.lo[k] + 1) - 1) + 1),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn points(g: &Geometry) -> Vec<[usize; AXES]> {
+        let s = g.shape3();
+        let mut out = Vec::new();
+        for x0 in 0..s[0] {
+            for x1 in 0..s[1] {
+                for x2 in 0..s[2] {
+                    out.push([x0, x1, x2]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn hz_indices_are_a_permutation_whose_prefixes_are_lattices() {
+        for shape in [vec![8usize, 8, 8], vec![4, 16], vec![32], vec![5, 7, 3], vec![1, 9, 2]] {
+            let g = Geometry::new(&shape, 6).unwrap();
+            let mut seen = std::collections::HashSet::new();
+            for x in points(&g) {
+                let h = g.hz_index(x);
+                assert!(h < 1u64 << g.levels(), "{shape:?} {x:?} {h}");
+                assert!(seen.insert(h), "{shape:?}: {x:?} repeats HZ index {h}");
+                // The prefix up to level j is the lattice of spacing(j).
+                let j = g.level_of(x);
+                let s = g.spacing(j);
+                assert!((0..AXES).all(|k| x[k] % s[k] == 0));
+                if j > 0 {
+                    let s = g.spacing(j - 1);
+                    assert!((0..AXES).any(|k| x[k] % s[k] != 0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_partition_every_level() {
+        for (shape, bb) in [(vec![16usize, 16, 16], 6u32), (vec![12, 20], 6), (vec![100], 6), (vec![9, 17, 33], 7)] {
+            let g = Geometry::new(&shape, bb).unwrap();
+            let mut held = std::collections::HashMap::new();
+            for blk in 0..g.blocks() {
+                for b in g.block(blk) {
+                    let l = g.lattice(b.level);
+                    for i0 in b.lo[0]..b.hi[0] {
+                        for i1 in b.lo[1]..b.hi[1] {
+                            for i2 in b.lo[2]..b.hi[2] {
+                                let i = [i0, i1, i2];
+                                let x: [usize; AXES] = std::array::from_fn(|k| l.start[k] + l.step[k] * i[k]);
+                                assert!((0..AXES).all(|k| x[k] < g.shape3()[k]));
+                                assert_eq!(g.level_of(x), b.level);
+                                // A block holds a run of HZ indices 2^bb long (block 0: the first).
+                                assert_eq!(g.hz_index(x) >> bb, blk, "{shape:?} {x:?}");
+                                assert!(held.insert(x, blk).is_none());
+                            }
+                        }
+                    }
+                }
+            }
+            assert_eq!(held.len(), shape.iter().product::<usize>());
+        }
+    }
+
+    #[test]
+    fn bitmask_halves_every_axis_last() {
+        let g = Geometry::new(&[64, 64, 64], 10).unwrap();
+        assert_eq!(g.bitmask(), "V012012012012012012");
+        assert_eq!(g.reduced_shape(g.levels() - 3), [32, 32, 32]);
+        assert_eq!(g.reduced_shape(g.levels() - 6), [16, 16, 16]);
+        let g = Geometry::new(&[10, 300], 10).unwrap();
+        assert_eq!(g.levels(), 4 + 9);
+        assert_eq!(g.reduced_shape(g.levels() - 2), [1, 5, 150]);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        assert!(Geometry::new(&[], 10).is_err());
+        assert!(Geometry::new(&[1, 2, 3, 4], 10).is_err());
+        assert!(Geometry::new(&[0, 4], 10).is_err());
+        assert!(Geometry::new(&[4, 4], 2).is_err());
+        assert!(Geometry::new(&[1 << 20, 1 << 20, 1 << 20], 10).is_err());
+    }
+}
