@@ -513,8 +513,13 @@ impl Index {
         } else {
             let len = r.bounded_varint(r.remaining() as u64, "HZ resolution map length")? as usize;
             let tiles: usize = geometry.shape3().iter().map(|n| n.div_ceil(tile)).product();
-            let levels = zstd::bulk::decompress(r.take(len, "HZ resolution map")?, tiles)
-                .map_err(|e| corrupt(format!("HZ resolution map does not decompress: {e}")))?;
+            let frame = r.take(len, "HZ resolution map")?;
+            // The frame says how much it holds: checked before anything is allocated for it.
+            if !matches!(zstd::zstd_safe::get_frame_content_size(frame), Ok(Some(size)) if size == tiles as u64) {
+                return Err(corrupt(format!("HZ resolution map does not hold the {tiles} tiles of the array")));
+            }
+            let levels =
+                zstd::bulk::decompress(frame, tiles).map_err(|e| corrupt(format!("HZ resolution map does not decompress: {e}")))?;
             Some(ResolutionMap::new(&geometry, tile, levels).map_err(|e| corrupt(format!("HZ index: {e}")))?)
         };
         let groups = (geometry.levels() - geometry.first_block_levels() + 1) as u64;
@@ -837,7 +842,7 @@ impl<T: Element> Reader<T> {
             top,
             region: need[top as usize],
             coarse_level,
-            coarse: vec![T::default(); points(coarse_level)],
+            coarse: zeroed(points(coarse_level))?,
             fine_box,
             fine: Vec::new(),
             decoded: Default::default(),
@@ -873,7 +878,7 @@ impl<T: Element> Reader<T> {
         let coarse = View::new(g, self.coarse_level, &mut self.coarse);
         decode_blocks(index, &blocks[..split], coarse, &payload)?;
         if level > self.coarse_level && self.fine.is_empty() {
-            self.fine = vec![T::default(); box_shape(g, self.top, self.fine_box.0, self.fine_box.1).iter().product()];
+            self.fine = zeroed(box_shape(g, self.top, self.fine_box.0, self.fine_box.1).iter().product())?;
             copy_lattice(g, self.coarse_level, coarse, View::boxed(g, self.top, self.fine_box, &mut self.fine));
         }
         let target = if level > self.coarse_level { View::boxed(g, self.top, self.fine_box, &mut self.fine) } else { coarse };
@@ -883,6 +888,26 @@ impl<T: Element> Reader<T> {
             fill_holes(g, m, level, self.region, target, coarse);
         }
         Ok(extract(g, target, level, self.region))
+    }
+}
+
+/// `n` zeros, or an error where they cannot be allocated (an index claiming a huge array would
+/// otherwise abort the process). Zeroed pages come from the allocator untouched, so a buffer of
+/// which a read writes a small part costs no more than that part.
+fn zeroed<T: Element>(n: usize) -> Result<Vec<T>> {
+    let fail = || CodecError::InvalidInput(format!("cannot allocate {n} values to read into"));
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| fail())?;
+    // Safety: a non-zero size; all-zero bits are 0.0 for f32 and f64 (the only elements); the
+    // pointer comes from the global allocator with this layout, as Vec requires.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<T>();
+        if p.is_null() {
+            return Err(fail());
+        }
+        Ok(Vec::from_raw_parts(p, n, n))
     }
 }
 
@@ -1105,6 +1130,23 @@ mod tests {
         data[o as usize + 2] ^= 0x40;
         let err = read::<f64>(&index, &data, index.geometry.levels(), None);
         assert!(matches!(err, Err(CodecError::Corrupt(m)) if m.contains("block 3")));
+    }
+
+    #[test]
+    fn an_index_claiming_a_huge_array_is_refused_not_allocated() {
+        let g = Geometry::new(&[16, 16, 16], 6).unwrap();
+        let map = ResolutionMap::from_regions(&g, 4, 3, &[([0, 0, 0], [8, 8, 8], g.levels())]).unwrap();
+        let (_, _, _, enc) = roundtrip(&[16, 16, 16], 6, 1e-3, Some(map));
+        // The shape (after magic and dims), made 2^16 per axis, the checksum made right again.
+        let mut bad = enc.index[..enc.index.len() - 4].to_vec();
+        for k in 0..3 {
+            bad[9 + 8 * k..17 + 8 * k].copy_from_slice(&65536u64.to_le_bytes());
+        }
+        let crc = crc32(&bad);
+        bad.extend_from_slice(&crc.to_le_bytes());
+        let err = Index::read(&bad, enc.data.len() as u64).err().expect("refused");
+        assert!(matches!(&err, CodecError::Corrupt(m) if m.contains("resolution map")), "{err:?}");
+        assert!(zeroed::<f64>(usize::MAX / 4).is_err());
     }
 
     #[test]
