@@ -263,7 +263,7 @@ pub struct Index {
     pub map: Option<ResolutionMap>,
     /// Coder of block 0, then of each level after it (`None`: nothing coded).
     books: Vec<Option<Coder>>,
-    /// Per block: offset in the data, length (0: skipped), CRC-32.
+    /// Per block: offset in the data (the lengths before it), length (0: skipped), CRC-32.
     table: Vec<(u64, u32, u32)>,
 }
 
@@ -468,8 +468,8 @@ impl Index {
             put_varint(&mut out, bytes.len() as u64);
             out.extend_from_slice(&bytes);
         }
-        for &(offset, len, crc) in &self.table {
-            out.extend_from_slice(&offset.to_le_bytes());
+        // Offsets are not stored: blocks lie back to back in block order.
+        for &(_, len, crc) in &self.table {
             out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(&crc.to_le_bytes());
         }
@@ -546,25 +546,23 @@ impl Index {
             });
         }
         let n = geometry.blocks() as usize;
-        if r.remaining() != 16 * n {
-            return Err(corrupt(format!("HZ block table should hold {n} entries in {} bytes, found {}", 16 * n, r.remaining())));
+        if r.remaining() as u64 != 8 * n as u64 {
+            return Err(corrupt(format!("HZ block table should hold {n} entries in {} bytes, found {}", 8 * n as u64, r.remaining())));
         }
         let mut table = Vec::with_capacity(n);
         let mut end = 0u64;
         for blk in 0..n {
-            let (offset, len, crc) = (r.u64("HZ block offset")?, r.u32("HZ block length")?, r.u32("HZ block checksum")?);
+            let (len, crc) = (r.u32("HZ block length")?, r.u32("HZ block checksum")?);
             if len > 0 {
-                if offset != end || offset + len as u64 > data_len {
-                    return Err(corrupt(format!(
-                        "HZ block {blk} at {offset}+{len} is not where the data continues (at {end} of {data_len})"
-                    )));
+                if end + len as u64 > data_len {
+                    return Err(corrupt(format!("HZ block {blk} ({len} bytes at {end}) runs past the data's {data_len} bytes")));
                 }
                 if book_of(&books, &geometry, geometry.block_level(blk as u64)).is_none() {
                     return Err(corrupt(format!("HZ block {blk} is stored but its level has no codebook")));
                 }
-                end = offset + len as u64;
             }
-            table.push((offset, len, crc));
+            table.push((end, len, crc));
+            end += len as u64;
         }
         if end != data_len {
             return Err(corrupt(format!("HZ data holds {data_len} bytes, its blocks {end}")));
