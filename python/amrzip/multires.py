@@ -2,7 +2,7 @@
 
 ``write(data, store, rel=...)`` stores numpy arrays (or an AMR hierarchy, its levels coalesced into
 the finest level's index space) so that ``amrzip.open(store).read(field, resolution=1/64)``
-reads about the bytes of that resolution, ``region=`` reads only the blocks a region needs, and
+reads a prefix of the data, the blocks of the levels that resolution holds, ``region=`` reads only the blocks a region needs, and
 ``progressive(field)`` refines coarse to fine, each step reading only what it adds. ``keep=``
 writes full resolution only where a rule holds and a reduced one elsewhere (adaptive resolution,
 as PIDX). The layout, the compression and the reads are Rust (``crates/hz``,

@@ -1,9 +1,9 @@
 //! Multiresolution snapshots: arrays in HZ order, compressed level by level (docs/format.md
 //! section 17, docs/multires.md).
 //!
-//! A snapshot file of the store holding one HZ array per field: `<field>/hz.index` (geometry,
-//! bound, resolution map, codebooks, block table) and `<field>/hz.data` (block payloads, coarse
-//! levels first). A read at a reduced resolution reads a prefix of the data; a region read reads
+//! A snapshot file of the store holding one HZ array per field: `fields/<i>/hz.index` (geometry,
+//! bound, resolution map, codebooks, block table) and `fields/<i>/hz.data` (block payloads,
+//! coarse levels first). A read at a reduced resolution reads a prefix of the data; a region read reads
 //! the blocks its region (grown by what interpolation needs) meets; a progressive read keeps
 //! what it decoded and reads only the blocks a finer step adds.
 //!
