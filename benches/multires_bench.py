@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import datasets  # noqa: E402
-from report import fmt, geomean, markdown_table  # noqa: E402
+from report import fmt, markdown_table  # noqa: E402
 
 import amrzip  # noqa: E402
 import amrzip.multires as mr  # noqa: E402

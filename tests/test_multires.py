@@ -321,3 +321,57 @@ def test_the_example_runs(tmp_path):
     out = subprocess.run([sys.executable, str(example), str(tmp_path / "mr")], capture_output=True, text=True, check=True).stdout
     assert "progressive: 1/1" in out and "adaptive" in out, out
     assert amrzip.check(tmp_path / "mr")["ok"]
+
+
+def _within(decoded, original, eb):
+    """Finite values within ``eb``; NaN and infinities bit for bit."""
+    decoded, original = np.asarray(decoded), np.asarray(original)
+    finite = np.isfinite(original)
+    same_bits = decoded.view(np.uint8).reshape(decoded.shape + (-1,)) == original.view(np.uint8).reshape(original.shape + (-1,))
+    if not np.all(same_bits.all(axis=-1)[~finite]):
+        return False
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.all(np.abs(decoded[finite].astype(np.float64) - original[finite].astype(np.float64)) <= eb))
+
+
+def test_any_array_reads_back_within_the_bound_at_any_resolution_and_region(tmp_path_factory):
+    pytest.importorskip("hypothesis", reason="hypothesis is not installed")
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    @st.composite
+    def cases(draw):
+        dims = draw(st.integers(1, 3))
+        shape = tuple(draw(st.integers(1, 24)) for _ in range(dims))
+        dtype = draw(st.sampled_from([np.dtype(np.float32), np.dtype(np.float64)]))
+        if draw(st.booleans()):  # anything the type holds: NaN, infinities, huge, subnormal
+            a = draw(hnp.arrays(dtype, shape, elements=st.floats(width=8 * dtype.itemsize)))
+        else:  # a smooth field with noise, around an offset
+            seed = draw(st.integers(0, 2**32 - 1))
+            a = (field(shape, seed=seed) * draw(st.floats(1e-3, 1e3)) + draw(st.floats(-1e6, 1e6))).astype(dtype)
+        eb = draw(st.sampled_from([0.0, 1e-30, 1e-6, 1e-2, 1.0, 1e300]))
+        region = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=2, max_size=2, unique=n > 0))) for n in shape)
+        region = tuple((lo, max(hi, lo + 1)) if hi > lo else (min(lo, n - 1), min(lo, n - 1) + 1) for (lo, hi), n in zip(region, shape))
+        drop = draw(st.integers(0, 6))
+        return a, eb, region, drop
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(case=cases())
+    def check(case):
+        a, eb, region, drop = case
+        store = tmp_path_factory.mktemp("prop")
+        mr.write({"v": a}, store, abs=eb, block_bits=6)
+        ds = amrzip.open(store)
+        full = ds.read("v")
+        assert _within(full, a, eb)
+        levels = ds.info("v")["levels"]
+        res = Fraction(1, 2 ** min(drop, levels))
+        part = amrzip.open(store).read("v", resolution=res, region=region)
+        whole = mr.subsample(full, res)
+        # The points of the resolution's lattice inside the region: their indices per axis.
+        lattice = [np.unique(mr.subsample(np.indices(a.shape)[k], res)) for k in range(a.ndim)]
+        keep = [np.flatnonzero((c >= lo) & (c < hi)) for c, (lo, hi) in zip(lattice, region)]
+        assert np.array_equal(part, whole[np.ix_(*keep)], equal_nan=True), (a.shape, res, region)
+
+    check()
