@@ -164,6 +164,10 @@ def test_amr_hierarchies_coalesce_finer_over_coarser(tmp_path):
     assert np.abs(coarse[own] - level0[own]).max() <= s["fields"]["density"]["abs_bound"]
     with pytest.raises(ValueError, match="keep= applies to arrays"):
         mr.write(h, tmp_path / "t", rel=1e-4, keep={"elsewhere": 1})
+    # The AMR layout says how to get resolution reads.
+    amrzip.write(h, tmp_path / "amr", rel=1e-4)
+    with pytest.raises(ValueError, match="--layout multires"):
+        amrzip.open(tmp_path / "amr").read("density", resolution="1/8")
 
 
 def finest_level_map(h):

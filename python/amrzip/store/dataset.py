@@ -192,11 +192,18 @@ class Dataset:
         self.level(level)
         self._snapshot.prefetch(self._field_index(field), level, finer)
 
-    def read(self, field: str, region=None, level: int = 0, covered: str = "average") -> np.ndarray:
+    def read(self, field: str, region=None, level: int = 0, covered: str = "average", resolution=None) -> np.ndarray:
         """Field ``field`` of level ``level`` over ``region`` ((lo, hi) inclusive, level index
         space; default the level's domain), indexed [i, j, k]. Cells outside every box are NaN;
         covered cells are rebuilt from the finer levels (``covered="average"``: the mean of the
-        fine cells, or for node-centred data the fine node on the coarse one) or NaN."""
+        fine cells, or for node-centred data the fine node on the coarse one) or NaN.
+        ``resolution=`` reads of a fraction of the points need a multiresolution snapshot."""
+        if resolution is not None and resolution != 1:
+            raise ValueError(
+                f"snapshot {self.name} has the AMR layout, which is read by level, not by resolution: "
+                "coarser levels are the reduced views here (level=); write with amrzip.multires.write or "
+                "amrzip convert --layout multires for resolution= reads (docs/multires.md)"
+            )
         return self._read(field, region, level, covered, whole_chunks=False)
 
     def _read(self, field: str, region, level: int, covered: str, whole_chunks: bool) -> np.ndarray:
