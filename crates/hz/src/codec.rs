@@ -118,18 +118,6 @@ fn corrupt(message: impl Into<String>) -> CodecError {
     CodecError::Corrupt(message.into())
 }
 
-/// Calls `f` with the position of every slot of `b` inside the array, in C order of its lattice.
-pub(crate) fn for_each_point(g: &Geometry, b: &LevelBlock, mut f: impl FnMut([usize; AXES])) {
-    let l = g.lattice(b.level);
-    for i0 in b.lo[0]..b.hi[0] {
-        for i1 in b.lo[1]..b.hi[1] {
-            for i2 in b.lo[2]..b.hi[2] {
-                f([l.start[0] + l.step[0] * i0, l.start[1] + l.step[1] * i1, l.start[2] + l.step[2] * i2]);
-            }
-        }
-    }
-}
-
 /// A C-order buffer of the array subsampled on the lattice of some level over a box `lo..hi` of
 /// the array (`lo` on that lattice): point `x` of the box is element
 /// `sum ((x_k - lo_k) >> shift_k) * strides_k`.
@@ -217,7 +205,7 @@ unsafe fn walk<T: Element>(
         y[a] = xa;
         map.is_none_or(|m| m.keeps(g, y))
     };
-    for_each_point(g, b, |x| {
+    g.for_each_point(b, |x| {
         if map.is_some_and(|m| !m.keeps(g, x)) {
             return;
         }
@@ -267,19 +255,12 @@ pub struct Index {
     table: Vec<(u64, u32, u32)>,
 }
 
-/// The blocks a read decodes, coarsest first, for the array at `level` over `region`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
-    pub level: u32,
-    pub lo: [usize; AXES],
-    pub hi: [usize; AXES],
-    pub blocks: Vec<u64>,
-}
-
 /// An encoded array: its index and its data (block payloads in HZ order).
 pub struct Encoded {
     pub index: Vec<u8>,
     pub data: Vec<u8>,
+    /// Blocks stored (the others are skipped: no point of them is kept).
+    pub stored_blocks: usize,
 }
 
 fn book_of<'a>(books: &'a [Option<Coder>], g: &Geometry, level: u32) -> Option<&'a Coder> {
@@ -436,7 +417,7 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
         data_out.extend_from_slice(p);
     }
     let index = Index { geometry: g.clone(), dtype: T::DTYPE, eb, tuning, map: map.cloned(), books, table };
-    Ok(Encoded { index: index.to_bytes(), data: data_out })
+    Ok(Encoded { index: index.to_bytes(), data: data_out, stored_blocks: payloads.len() })
 }
 
 impl Index {
@@ -603,13 +584,6 @@ impl Index {
         out
     }
 
-    /// The blocks to decode for the array at `level` over `lo..hi` (the whole array without a
-    /// region): those of each level up to `level` that meet the region grown by what
-    /// interpolation reads of the coarser levels.
-    pub fn plan(&self, level: u32, region: Option<([usize; AXES], [usize; AXES])>) -> Result<Plan> {
-        self.plan_towards(level, level, region)
-    }
-
     /// Per level up to `top`, the box of the array whose points a read of `region` (the whole
     /// array without one) at `top` needs: the region, grown from `top` down by the three lattice
     /// steps interpolation reads along each level's refined axis.
@@ -632,11 +606,13 @@ impl Index {
         Ok(need)
     }
 
-    /// `plan` for a read that will go on to level `top`: the region is grown for `top`, so the
-    /// blocks decoded now hold every point the later steps read (a block decoded for `level`
-    /// alone may hold points outside what `level` needs, decoded from coarser points it did not
-    /// read).
-    pub fn plan_towards(&self, level: u32, top: u32, region: Option<([usize; AXES], [usize; AXES])>) -> Result<Plan> {
+    /// The stored blocks to decode, coarsest first, for the array at `level` over `region` (the
+    /// whole array when None) in a read that goes on to level `top`: those of each level up to
+    /// `level` that meet the region grown for `top` by what interpolation reads of the coarser
+    /// levels. Growing it for `top` from the first step makes the blocks decoded then hold every
+    /// point the later steps read (a block decoded for `level` alone may hold points outside what
+    /// `level` needs, decoded from coarser points it did not read).
+    pub fn blocks_for(&self, level: u32, top: u32, region: Option<([usize; AXES], [usize; AXES])>) -> Result<Vec<u64>> {
         let g = &self.geometry;
         if level > top || top > g.levels() {
             return Err(CodecError::InvalidInput(format!(
@@ -645,7 +621,6 @@ impl Index {
             )));
         }
         let need = self.need(top, region)?;
-        let (lo, hi) = need[top as usize];
         let mut blocks = Vec::new();
         if self.block_range(0).is_some() {
             blocks.push(0);
@@ -662,7 +637,7 @@ impl Index {
                 }
             }
         }
-        Ok(Plan { level, lo, hi, blocks })
+        Ok(blocks)
     }
 }
 
@@ -854,9 +829,9 @@ impl<T: Element> Reader<T> {
     /// The stored blocks a read of level `level` needs that this one has not decoded, coarsest
     /// first (the blocks of a reduced resolution are a prefix of the data).
     pub fn missing(&self, index: &Index, level: u32) -> Result<Vec<u64>> {
-        let mut plan = index.plan_towards(level, self.top, Some(self.region))?;
-        plan.blocks.retain(|b| !self.decoded.contains(b));
-        Ok(plan.blocks)
+        let mut blocks = index.blocks_for(level, self.top, Some(self.region))?;
+        blocks.retain(|b| !self.decoded.contains(b));
+        Ok(blocks)
     }
 
     /// Decodes `blocks` (as [`missing`](Self::missing) gave them; `payload(blk)` their bytes) and
@@ -994,6 +969,7 @@ mod tests {
         let data = field(shape);
         let enc = encode(data.clone(), &g, map.as_ref(), eb).unwrap();
         let index = Index::read(&enc.index, enc.data.len() as u64).unwrap();
+        assert_eq!(enc.stored_blocks, index.stored_blocks());
         let (out, got) = read::<f64>(&index, &enc.data, g.levels(), None).unwrap();
         assert_eq!(got, shape);
         (data, out, index, enc)
@@ -1017,7 +993,7 @@ mod tests {
             let level = g.levels() - drop;
             let s = g.spacing(level);
             for region in [None, Some(([3, 10, 7], [21, 30, 49]))] {
-                let plan = index.plan(level, region).unwrap();
+                let blocks = index.blocks_for(level, level, region).unwrap();
                 let (out, got) = read::<f64>(&index, &enc.data, level, region).unwrap();
                 let (lo, hi) = region.unwrap_or(([0; 3], shape));
                 let first: [usize; 3] = std::array::from_fn(|k| lo[k].div_ceil(s[k]));
@@ -1033,7 +1009,7 @@ mod tests {
                     }
                 }
                 if region.is_some() || drop > 0 {
-                    assert!(plan.blocks.len() < index.stored_blocks(), "{} of {}", plan.blocks.len(), index.stored_blocks());
+                    assert!(blocks.len() < index.stored_blocks(), "{} of {}", blocks.len(), index.stored_blocks());
                 }
             }
         }

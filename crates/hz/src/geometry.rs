@@ -256,6 +256,19 @@ impl Geometry {
         vec![b]
     }
 
+    /// Calls `f` with the position of every slot of `b` inside the array, in C order of its
+    /// lattice.
+    pub fn for_each_point(&self, b: &LevelBlock, mut f: impl FnMut([usize; AXES])) {
+        let l = self.lattice(b.level);
+        for i0 in b.lo[0]..b.hi[0] {
+            for i1 in b.lo[1]..b.hi[1] {
+                for i2 in b.lo[2]..b.hi[2] {
+                    f([l.start[0] + l.step[0] * i0, l.start[1] + l.step[1] * i1, l.start[2] + l.step[2] * i2]);
+                }
+            }
+        }
+    }
+
     /// The box of the array (half-open, per axis) a level block's points span.
     pub fn block_extent(&self, b: &LevelBlock) -> ([usize; AXES], [usize; AXES]) {
         let l = self.lattice(b.level);

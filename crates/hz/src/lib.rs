@@ -16,6 +16,6 @@ pub mod codec;
 pub mod geometry;
 pub mod resolution;
 
-pub use codec::{encode, Encoded, Index, Plan, Reader};
+pub use codec::{encode, Encoded, Index, Reader};
 pub use geometry::{Geometry, LevelBlock};
 pub use resolution::ResolutionMap;

@@ -165,7 +165,7 @@ pub fn efficiency(shape: &[usize], block_bits: u32, map: Option<&ResolutionMap>)
                 None => b.slots() as u64,
                 Some(m) => {
                     let mut n = 0u64;
-                    crate::codec::for_each_point(&g, &b, |x| n += m.keeps(&g, x) as u64);
+                    g.for_each_point(&b, |x| n += m.keeps(&g, x) as u64);
                     n
                 }
             };

@@ -3,9 +3,10 @@
 //! user arguments (fractions, slices, rules) into these calls.
 
 use crate::store::{spec, store_err, PySource};
+use crate::variables::bound_of;
 use amrzip_codec::Element;
 use amrzip_hz::{Geometry, ResolutionMap};
-use amrzip_store::multires::{self, Bound as HzBound, FieldInput, MultiresSnapshot, Owned, Progressive};
+use amrzip_store::multires::{self, FieldInput, MultiresSnapshot, Owned, Progressive};
 use amrzip_store::{self as store, ErrorKind};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -14,14 +15,6 @@ use pyo3::types::{PyDict, PyList};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-fn bound(mode: &str, value: f64) -> PyResult<HzBound> {
-    match mode {
-        "abs" => Ok(HzBound::Abs(value)),
-        "rel" => Ok(HzBound::Rel(value)),
-        m => Err(PyValueError::new_err(format!("bound mode {m:?}: 'abs' or 'rel'"))),
-    }
-}
 
 /// A level `drop` levels below the finest.
 fn below(g: &Geometry, drop: u32) -> u32 {
@@ -127,7 +120,7 @@ fn write_multires_arrays<'py>(
         specs.push((
             item(d, "name")?.extract::<String>()?,
             item(d, "array")?.unbind(),
-            bound(&item(d, "mode")?.extract::<String>()?, item(d, "bound")?.extract()?)?,
+            bound_of(&item(d, "mode")?.extract::<String>()?, item(d, "bound")?.extract()?)?,
         ));
     }
     // One map for every field, from the rule's field's values.
@@ -205,8 +198,8 @@ fn write_multires_hierarchy<'py>(
                 }
             };
             let bound = match f.mode {
-                amrzip_store::metadata::BoundMode::Abs => HzBound::Abs(f.bound),
-                amrzip_store::metadata::BoundMode::Rel => HzBound::Rel(f.bound),
+                amrzip_store::metadata::BoundMode::Abs => multires::Bound::Abs(f.bound),
+                amrzip_store::metadata::BoundMode::Rel => multires::Bound::Rel(f.bound),
             };
             let cells: usize = spec.levels.iter().flat_map(|l| &l.boxes).map(|b| b.cells().unwrap_or(0)).sum();
             let attributes = serde_json::json!({"amr_levels": levels, "amr_cells": cells, "index_order": "x-first"});

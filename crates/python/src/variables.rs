@@ -4,13 +4,22 @@
 use crate::store::{dtype, store_err, PyCollective};
 use amrzip_codec::{DType, Element, Preset};
 use amrzip_store::parallel::{Collective, Serial};
-use amrzip_store::variables::{self as vars, Bound as VarBound, Put, ReadMethod, Variable, VariablesOptions};
+use amrzip_store::variables::{self as vars, Put, ReadMethod, Variable, VariablesOptions};
 use amrzip_store::Values;
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
+
+/// A bound given as its kind (`"abs"` or `"rel"`) and value.
+pub(crate) fn bound_of(kind: &str, value: f64) -> PyResult<vars::Bound> {
+    match kind {
+        "abs" => Ok(vars::Bound::Abs(value)),
+        "rel" => Ok(vars::Bound::Rel(value)),
+        k => Err(PyValueError::new_err(format!("bound kind must be 'abs' or 'rel', got {k:?}"))),
+    }
+}
 
 /// A variable as Python describes it: (name, dtype, shape, chunks, "abs"|"rel", bound, fill).
 type VariableArgs = (String, String, Vec<usize>, Vec<usize>, String, f64, f64);
@@ -88,12 +97,7 @@ impl VariablesWriter {
         let variables = variables
             .into_iter()
             .map(|(name, dt, shape, chunks, kind, bound, fill)| {
-                let bound = match kind.as_str() {
-                    "abs" => VarBound::Abs(bound),
-                    "rel" => VarBound::Rel(bound),
-                    k => return Err(PyValueError::new_err(format!("bound kind must be 'abs' or 'rel', got {k:?}"))),
-                };
-                Ok(Variable { name, dtype: dtype(&dt)?, shape, chunks, bound, fill })
+                Ok(Variable { name, dtype: dtype(&dt)?, shape, chunks, bound: bound_of(&kind, bound)?, fill })
             })
             .collect::<PyResult<Vec<_>>>()?;
         let options = VariablesOptions { preset: preset(mode)?, aggregate, threads };

@@ -16,6 +16,7 @@ use crate::archive::{Archive, ArchiveWriter};
 use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
 use crate::metadata::{dtype_from_name, dtype_name};
 use crate::store::{SnapshotEntry, SnapshotKind, Store};
+pub use crate::variables::Bound;
 use crate::writer::{on_pool, BoxSource, SnapshotSpec, Values};
 use amrzip_amr::Layout;
 use amrzip_codec::{finite_range, DType, Element};
@@ -31,13 +32,6 @@ pub const VERSION: u64 = 1;
 /// IDX blocks of 2^15 points (128 KiB of float32 before compression): region reads touch
 /// little more than their region, and a 512^3 array has 4,096 blocks.
 pub const DEFAULT_BLOCK_BITS: u32 = 15;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Bound {
-    Abs(f64),
-    /// A fraction of the value range over the points stored.
-    Rel(f64),
-}
 
 /// An array's values, owned: the encoder works in place.
 pub enum Owned {
@@ -168,7 +162,6 @@ pub fn write(
             Owned::F32(v) => encode_field(v, &g, f.map.as_ref(), f.bound),
             Owned::F64(v) => encode_field(v, &g, f.map.as_ref(), f.bound),
         })?;
-        let index = Index::read(&encoded.index, encoded.data.len() as u64)?;
         let (index_name, data_name) = entry_names(i);
         zip.add(&index_name, &encoded.index)?;
         zip.add(&data_name, &encoded.data)?;
@@ -177,7 +170,7 @@ pub fn write(
             raw_bytes: len as u64 * dtype.size() as u64,
             stored_bytes: (encoded.index.len() + encoded.data.len()) as u64,
             abs_bound: eb,
-            blocks_stored: index.stored_blocks() as u64,
+            blocks_stored: encoded.stored_blocks as u64,
             blocks: g.blocks(),
         };
         docs.push(json!({

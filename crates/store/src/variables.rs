@@ -32,8 +32,9 @@ const ROUND_BYTES: u64 = 16 << 20;
 /// The codec compresses at most this many dimensions; chunks of more are compressed flat.
 const CODEC_DIMS: usize = 4;
 
-/// A variable's error bound: absolute, or relative to the value range of what the first
-/// flush that puts into it gathers from every rank.
+/// An error bound: absolute, or a fraction of the value range of the values stored (for a
+/// variable, what the first flush that puts into it gathers from every rank; for a
+/// multiresolution field, the points it keeps).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Bound {
     Abs(f64),
