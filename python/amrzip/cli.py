@@ -42,6 +42,7 @@ from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
 from amrzip.multires import MultiresDataset, export_idx, levels_dropped
+from amrzip.stage import commands as stage_commands
 from amrzip.store import check_snapshot_name
 from amrzip.store import snapshots as store_snapshots
 from amrzip.store.dataset import COVERED
@@ -1139,6 +1140,9 @@ def config_command(cflags, libs, static, pc_path):
     words += capi.libs(static=static) if libs else []
     words += [capi.pkg_config_path()] if pc_path else []
     click.echo(" ".join(words))
+
+
+cli.add_command(stage_commands.stage)
 
 
 def _fail(message: str, status: int):

@@ -12,6 +12,7 @@ use std::mem::MaybeUninit;
 
 mod boxes;
 mod multires;
+mod staging;
 mod store;
 mod streaming;
 mod variables;
@@ -204,6 +205,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_THRESHOLDS", (codec::DEFAULT_THRESHOLDS.keep, codec::DEFAULT_THRESHOLDS.rebuild))?;
     store::register(m)?;
     multires::register(m)?;
+    staging::register(m)?;
     m.add_function(wrap_pyfunction!(boxes::check_nesting, m)?)?;
     m.add_function(wrap_pyfunction!(boxes::stored_mask, m)?)?;
     m.add_class::<streaming::StreamEncoder>()?;
