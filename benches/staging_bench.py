@@ -13,10 +13,9 @@ A. Placement: data-server load (max/avg) after staging every box of a box set, b
    of ../shared/data, the Nyx-like and WarpX-like hierarchies, each staged as one snapshot and as
    --timesteps snapshots; and a simulated AMR run (--growth^3 coarse cells) whose refined regions
    grow and move over --timesteps steps. A box weighs its cells times its fields times 8 bytes.
-   The last column is what no placement of whole boxes can beat: the largest box over the
-   average load (where it exceeds 1, a server holding that box is that much above average).
-   Greedy placement also guarantees at most 1 + largest box / average, so it is close to 1
-   exactly when a server's share of the data is many times the largest box. Rows with fewer
+   The last column, r, is the largest box over the average load: no placement of whole boxes
+   can do better than max(1, r), and greedy placement guarantees at most about 1 + r, so it is
+   close to 1 exactly when a server's share of the data is many times the largest box. Rows with fewer
    boxes than servers are left out of the table (some servers must stay empty), not of --json.
 B. Queries: --query-boxes boxes over three levels; --queries random regions (1-10% of the domain
    per axis) answered by the polytree (Algorithm 2) and by a linear scan of every box, in the
@@ -160,15 +159,16 @@ def placement(sets: list[BoxSet], servers: list[int]) -> tuple[str, list]:
             ours = _core.staging_simulate_placement(nodes, batched).astype(np.float64)
             base = hilbert_loads(s, n)
             a, b, c = arrival.max() / arrival.mean(), ours.max() / ours.mean(), base.max() / base.mean()
-            # No placement of whole boxes can load a server less than its largest box.
-            bound = max(1.0, nbytes.max() / ours.mean())
+            # r: no placement of whole boxes loads its busiest server below max(1, r) times the
+            # average, and greedy placement stays below 1 + r.
+            r = float(nbytes.max()) / ours.mean()
             if len(s) >= n:  # with fewer boxes than servers some servers stay empty, whatever the placement
                 rows.append([s.name, str(len(s)), str(n), f"{len(s) / n:.1f}", fmt(a, ".3f"), fmt(b, ".3f"), fmt(c, ".2f"),
-                             fmt(bound, ".3f")])
+                             fmt(r, ".3f")])
             records.append({"set": s.name, "boxes": len(s), "servers": n, "arrival": a, "batched": b, "hilbert": c,
-                            "bound": bound})
+                            "largest_over_avg": r})
     header = ["box set", "boxes", "servers", "boxes/server", "Algorithm 1, box by box", "Algorithm 1, a put_many per step",
-              "Hilbert", "whole-box bound"]
+              "Hilbert", "largest box / avg (r)"]
     return markdown_table(header, rows), records
 
 
