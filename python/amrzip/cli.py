@@ -37,7 +37,7 @@ from rich.progress import (
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, amr_demo, capi, demo, multires, parallel, streaming
+from amrzip import _arrayfile, amr_demo, capi, demo, multires, parallel, plot, streaming
 from amrzip._metrics import max_abs_error, psnr
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.codec import MODES, RATIO_WARN
@@ -1140,6 +1140,85 @@ def config_command(cflags, libs, static, pc_path):
     words += capi.libs(static=static) if libs else []
     words += [capi.pkg_config_path()] if pc_path else []
     click.echo(" ".join(words))
+
+
+@cli.group("plot")
+def plot_group():
+    """Pictures (PNG or SVG, by the output's suffix): a slice with the boxes of every level
+    outlined, or where a store's error went against its source."""
+
+
+def _image_path(ctx, param, value: Path) -> Path:
+    if value.suffix.lower() not in (".png", ".svg"):
+        raise click.BadParameter(f"{value} should end in .png or .svg")
+    return value
+
+
+_plot_output = click.option("-o", "--output", type=_output_path, required=True, callback=_image_path, help="Image file: .png or .svg.")
+_plot_options = [
+    click.option("--field", help="Field to show [default: the first]."),
+    click.option("--axis", type=click.Choice(list("xyz")), help="Axis normal to the slice (3-D) [default: z]."),
+    click.option("--coord", type=float, help="Where the slice cuts that axis, in physical units [default: the middle]."),
+    click.option("--snapshot", help="Snapshot of a store [default: the latest]."),
+    click.option("--no-outlines", "outlines", is_flag=True, flag_value=False, default=True, help="Leave the box outlines out."),
+    click.option("--dpi", type=click.IntRange(20, 1200), default=150, show_default=True, help="Resolution of a PNG."),
+]
+
+
+def _plot_source(path: Path, snapshot):
+    try:
+        return plot.source_of(path, snapshot)
+    except (ValueError, OSError, amrzip.StoreError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _save(fig, output: Path, dpi: int):
+    fig.savefig(output, dpi=dpi)
+    click.echo(f"wrote {output}")
+
+
+def _plot_field(src, field):
+    fields = src.fields
+    if field is None:
+        return fields[0]
+    if field not in fields:
+        raise click.BadParameter(f"no field {field!r} (fields: {_names(fields)})", param_hint="--field")
+    return field
+
+
+@plot_group.command("slice")
+@click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, path_type=Path))
+@_plot_output
+@click.option("--log", is_flag=True, help="Logarithmic colour scale.")
+@stage_commands.option_group(_plot_options)
+def plot_slice_command(input_path, output, log, field, axis, coord, snapshot, outlines, dpi):
+    """A slice of a field of a store's snapshot or of an AMR file, boxes outlined per level."""
+    src = _plot_source(input_path, snapshot)
+    field = _plot_field(src, field)
+    try:
+        fig = plot.plot_slice(src, field, axis, coord, outlines=outlines, log=log)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    _save(fig, output, dpi)
+
+
+@plot_group.command("error")
+@click.argument("store", type=click.Path(exists=True, path_type=Path))
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@_plot_output
+@stage_commands.option_group(_plot_options)
+def plot_error_command(store, source, output, field, axis, coord, snapshot, outlines, dpi):
+    """Where the error went: |STORE - SOURCE| on a slice, over the bound (SOURCE: the AMR file
+    the snapshot was written from)."""
+    ds = _plot_source(store, snapshot)
+    if not isinstance(ds, amrzip.Dataset):
+        raise click.ClickException(f"{store} is not a snapshot store")
+    field = _plot_field(ds, field)
+    try:
+        fig = plot.plot_error(ds, _plot_source(source, None), field, axis, coord, outlines=outlines)
+    except (ValueError, KeyError) as e:
+        raise click.ClickException(str(e)) from None
+    _save(fig, output, dpi)
 
 
 cli.add_command(stage_commands.stage)

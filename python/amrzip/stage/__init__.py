@@ -31,10 +31,9 @@ def __getattr__(name):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'amrzip.stage' has no attribute {name!r}")
-    try:
-        import zmq  # noqa: F401
-    except ImportError:
-        raise ImportError("amrzip.stage needs ZeroMQ's Python binding: pip install pyzmq") from None
     import importlib
+    import importlib.util
 
+    if importlib.util.find_spec("zmq") is None:
+        raise ImportError("amrzip.stage needs ZeroMQ's Python binding: pip install pyzmq")
     return getattr(importlib.import_module(module), name)

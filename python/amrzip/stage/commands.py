@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import time
 
@@ -26,10 +27,8 @@ def _size(ctx, param, value):
 
 
 def _zmq():
-    try:
-        import zmq  # noqa: F401
-    except ImportError:
-        raise click.ClickException("amrzip stage needs ZeroMQ's Python binding: pip install pyzmq") from None
+    if importlib.util.find_spec("zmq") is None:
+        raise click.ClickException("amrzip stage needs ZeroMQ's Python binding: pip install pyzmq")
 
 
 _lifetime = click.option("--lifetime", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
@@ -42,7 +41,9 @@ _health = [
 ]
 
 
-def _options(options):
+def option_group(options):
+    """Several click options applied as one decorator, in the order listed."""
+
     def wrap(f):
         for o in reversed(options):
             f = o(f)
@@ -66,7 +67,7 @@ def stage():
 @click.option("--state", type=click.Path(dir_okay=False), help="Snapshot file of the metadata tables; a restart continues from it.")
 @click.option("--mpi", is_flag=True, help="Under mpiexec: the first ranks are metadata servers, the others data servers.")
 @_capacity
-@_options(_health)
+@option_group(_health)
 @_lifetime
 @_quiet
 def serve(dservers, nodes, mservers, host, port, state, mpi, capacity, heartbeat, timeout, lifetime, quiet):
@@ -100,7 +101,7 @@ def serve(dservers, nodes, mservers, host, port, state, mpi, capacity, heartbeat
 @click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True, help="Address to listen on (port * for any).")
 @click.option("--state", type=click.Path(dir_okay=False), help="Snapshot file of the tables; a restart continues from it.")
 @click.option("--address-file", type=click.Path(dir_okay=False), help="Write the address bound to this file once listening.")
-@_options(_health)
+@option_group(_health)
 @_lifetime
 @_parent
 @_quiet
