@@ -403,6 +403,11 @@ def read_chombo(path) -> Hierarchy:
         }
         if "filetype" in f.attrs:
             attrs["filetype"] = as_str(f.attrs["filetype"])
+        # Checkpoints record the problem's periodicity (plot files do not); the store keeps it
+        # for readers such as the yt frontend.
+        periodic = [f.attrs.get(f"is_periodic_{d}", g0.attrs.get(f"is_periodic_{d}")) for d in range(dim)]
+        if all(p is not None for p in periodic):
+            attrs["periodicity"] = [bool(as_scalar(p, int)) for p in periodic]
         return Hierarchy(
             fields=list(fields or []),
             levels=levels,
