@@ -52,7 +52,6 @@ each the median of --repeat runs (default 3, every method alike; each repeated r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -76,11 +75,12 @@ from report import fmt, geomean, markdown_table  # noqa: E402
 from datasets import REAL_DATA_DIR  # noqa: E402
 
 import amrzip  # noqa: E402
+from amrzip import baselines  # noqa: E402
 from amrzip.amr import Hierarchy, box_shape, synthetic  # noqa: E402
 
 BOUNDS = [1e-2, 1e-3, 1e-4, 1e-5]
 QUICK_BOUNDS = [1e-3]
-CHUNK = 1024  # values per AMReX HDF5 chunk, each compressed on its own
+CHUNK = baselines.AMREX_CHUNK  # values per AMReX HDF5 chunk, each compressed on its own
 
 # name -> (fields benchmarked by default, loader(quick) -> Hierarchy)
 DATASETS: dict[str, tuple[list[str], Callable[[bool], Hierarchy]]] = {}
@@ -134,22 +134,13 @@ def _advection(quick: bool) -> Hierarchy:
 # --- reading AMReX plotfiles ----------------------------------------------------------------------------------
 
 
-def one_field(h: Hierarchy, field: str) -> Hierarchy:
-    """A view of ``h`` holding only ``field``, sharing its arrays as they are (a plotfile's boxes come x fastest, i.e.
-    Fortran-ordered, as memory maps that need not be aligned)."""
-    levels = [dataclasses.replace(lev, fields=[field]) for lev in h.levels]
-    return dataclasses.replace(h, fields=[field], levels=levels)
-
-
 def read_amrex(path: Path, fields: list[str]) -> Hierarchy:
     """A plotfile as a Hierarchy: amrzip.read when the package has it, else the benchmarks' box reader (cell-header
     version 1) plus the geometry from the plotfile Header.  Only ``fields`` are loaded by the fallback."""
     if hasattr(amrzip, "read"):
         h = amrzip.read(str(path))
         h = h.to_hierarchy() if not isinstance(h, Hierarchy) and hasattr(h, "to_hierarchy") else h
-        keep = [f for f in h.fields if f in fields]
-        levels = [dataclasses.replace(lev, fields=keep) for lev in h.levels]
-        return dataclasses.replace(h, fields=keep, levels=levels)
+        return h.only([f for f in h.fields if f in fields])
     from plotfile_boxes import read_plotfile
 
     lines = (path / "Header").read_text().splitlines()
@@ -180,7 +171,7 @@ def read_amrex(path: Path, fields: list[str]) -> Hierarchy:
 # bytes on disk including metadata or None when the method has no metadata apart from its payload[, layout]), layout
 # being what the store chose per level ({"unit", "chunk", "predictor"}), for the JSON.
 
-SZ3_ALGO = "INTERP_LORENZO"
+SZ3_ALGO = baselines.SZ3_ALGO
 # Threads of the store methods, writing and reading (--threads; None: all cores). SZ3 runs on one.
 STORE_THREADS = None
 # Timed runs per (case, method), every method alike (--repeat); the median write and read times are reported. The
@@ -188,66 +179,30 @@ STORE_THREADS = None
 REPEAT = 3
 
 
-def _sz3_conf(eb: float):
-    from pysz import szAlgorithm, szConfig, szErrorBoundMode
-
-    conf = szConfig()
-    conf.errorBoundMode = szErrorBoundMode.ABS
-    conf.absErrorBound = eb
-    conf.cmprAlgo = getattr(szAlgorithm, SZ3_ALGO)
-    conf.openmp = False
-    return conf
-
-
-def _sz3(arr: np.ndarray, conf) -> np.ndarray:
-    from pysz import sz
-
-    blob, _ = sz.compress(np.ascontiguousarray(arr), conf)
-    return blob
-
-
-def _unsz3(blob, dtype, shape) -> np.ndarray:
-    from pysz import sz
-
-    out, _ = sz.decompress(blob, dtype, shape)
-    return out
+def _shapes(boxes: dict) -> dict:
+    return {key: a.shape for key, a in boxes.items()}
 
 
 def amrex_1d(h, field, boxes, eb, rel):
-    conf = _sz3_conf(eb)
-    dtype = h.dtype(field)
     t0 = time.perf_counter()
-    streams = []  # per level: (chunk blobs, total values)
-    for L, lev in enumerate(h.levels):
-        flat = np.concatenate([boxes[(L, i)].ravel(order="F") for i in range(lev.num_boxes)])  # x fastest, as on disk
-        streams.append(([_sz3(flat[s:s + CHUNK], conf) for s in range(0, flat.size, CHUNK)], flat.size))
+    streams = baselines.amrex_1d_encode(boxes, [lev.num_boxes for lev in h.levels], eb, CHUNK, SZ3_ALGO)
     t1 = time.perf_counter()
-    out = {}
-    for L, (blobs, total) in enumerate(streams):
-        flat = np.concatenate([_unsz3(b, dtype, (min(CHUNK, total - k * CHUNK),)) for k, b in enumerate(blobs)])
-        at = 0
-        for i, box in enumerate(h.levels[L].boxes):
-            shape = box_shape(box)
-            n = math.prod(shape)
-            out[(L, i)] = flat[at:at + n].reshape(shape, order="F")
-            at += n
+    out = baselines.amrex_1d_decode(streams, h.dtype(field), _shapes(boxes), CHUNK)
     t2 = time.perf_counter()
-    return sum(len(b) for blobs, _ in streams for b in blobs), out, t1 - t0, t2 - t1, None
+    return baselines.stream_bytes(streams), out, t1 - t0, t2 - t1, None
 
 
 def per_box_sz3(h, field, boxes, eb, rel):
-    conf = _sz3_conf(eb)
-    dtype = h.dtype(field)
     t0 = time.perf_counter()
-    blobs = {key: _sz3(a.T, conf) for key, a in boxes.items()}  # C order with x fastest, as on disk
+    blobs = baselines.per_box_sz3_encode(boxes, eb, SZ3_ALGO)
     t1 = time.perf_counter()
-    out = {key: _unsz3(b, dtype, boxes[key].shape[::-1]).T for key, b in blobs.items()}
+    out = baselines.per_box_sz3_decode(blobs, h.dtype(field), _shapes(boxes))
     t2 = time.perf_counter()
-    return sum(len(b) for b in blobs.values()), out, t1 - t0, t2 - t1, None
+    return baselines.stream_bytes(blobs), out, t1 - t0, t2 - t1, None
 
 
 def level_sz3(h, field, boxes, eb, rel):
-    conf = _sz3_conf(eb)
+    conf = baselines.sz3_config(eb, SZ3_ALGO)
     dtype = h.dtype(field)
 
     def region(box, domain):  # the box inside the level's (z, y, x) array
@@ -261,12 +216,12 @@ def level_sz3(h, field, boxes, eb, rel):
         full = np.full(box_shape(lev.domain)[::-1], fill, dtype=dtype)
         for box, a in zip(lev.boxes, arrays):
             full[region(box, lev.domain)] = a.T
-        blobs.append(_sz3(full, conf))
+        blobs.append(baselines.sz3_compress(full, conf))
         del full
     t1 = time.perf_counter()
     out = {}
     for L, (lev, blob) in enumerate(zip(h.levels, blobs)):
-        full = _unsz3(blob, dtype, box_shape(lev.domain)[::-1])
+        full = baselines.sz3_decompress(blob, dtype, box_shape(lev.domain)[::-1])
         for i, box in enumerate(lev.boxes):
             out[(L, i)] = np.array(full[region(box, lev.domain)].T)
     t2 = time.perf_counter()
@@ -283,7 +238,7 @@ def store(**options):
     new store, open it, rebuild the hierarchy, decode every box."""
 
     def run(h, field, boxes, eb, rel):
-        sub = one_field(h, field)
+        sub = h.only([field])
         tmp = Path(tempfile.mkdtemp(prefix="amr_bench_"))
         path = tmp / "store"
         try:

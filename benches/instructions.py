@@ -34,28 +34,29 @@ from report import markdown_table  # noqa: E402
 def child(plotfile: str, field: str, rel: float, step: str, mode: str, store: str, stop: bool) -> None:
     """One measured process: loads the field, then (unless ``stop``) runs ``step``."""
     import amrzip
+    from amrzip import baselines
 
     if step == "read":
         if not stop:
             am.field_boxes(amrzip.open(store, threads=1).to_hierarchy(), field)
         return
-    h = ab.one_field(amrzip.read(plotfile), field)
+    h = amrzip.read(plotfile).only([field])
     if step == "write":
         if not stop:  # into a folder of its own: the read step's store is written beside it
             amrzip.write(h, tempfile.mkdtemp(dir=Path(store).parent), rel=rel, threads=1, mode=mode)
         return
     boxes = am.field_boxes(h, field)
     eb = rel * (max(float(a.max()) for a in boxes.values()) - min(float(a.min()) for a in boxes.values()))
-    conf = ab._sz3_conf(eb)
+    conf = baselines.sz3_config(eb)
     arrays = {k: np.ascontiguousarray(a.T) for k, a in boxes.items()}  # C order with x fastest, as on disk
     if step == "sz3-read":
-        blobs = {k: ab._sz3(a, conf) for k, a in arrays.items()}
+        blobs = {k: baselines.sz3_compress(a, conf) for k, a in arrays.items()}
         if not stop:
             for k, b in blobs.items():
-                ab._unsz3(b, arrays[k].dtype, arrays[k].shape)
+                baselines.sz3_decompress(b, arrays[k].dtype, arrays[k].shape)
     elif not stop:
         for a in arrays.values():
-            ab._sz3(a, conf)
+            baselines.sz3_compress(a, conf)
 
 
 def count(args: list[str], keep: Path | None = None, name: str = "") -> int:
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: {a.dataset} has no field {a.field!r} (it has {', '.join(h.fields)})")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        plotfile = str(write_plotfile(ab.one_field(h, a.field), Path(tmp) / "plt"))
+        plotfile = str(write_plotfile(h.only([a.field]), Path(tmp) / "plt"))
         runs = [("per-box SZ3", "-", ("sz3-write", "sz3-read"))]
         runs += [(f"amrzip {m}", m, ("write", "read")) for m in a.modes.split(",")]
         for name, mode, steps in runs:
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
             counts = []
             for step in steps:
                 if step == "read":
-                    amrzip.write(ab.one_field(amrzip.read(plotfile), a.field), store, rel=a.rel, threads=1, mode=mode)
+                    amrzip.write(amrzip.read(plotfile).only([a.field]), store, rel=a.rel, threads=1, mode=mode)
                 args = ["--child", plotfile, a.field, str(a.rel), step, mode, store]
                 print(f"counting {name} {step.split('-')[-1]} ...", file=sys.stderr, flush=True)  # minutes each
                 profile = f"{name.replace(' ', '-')}.{step}.callgrind"

@@ -135,3 +135,32 @@ def test_cli_on_a_real_plotfile(tmp_path):
     assert r.returncode == 0, r.stderr
     r = run("slice", source, "-o", tmp_path / "s.svg", "--field", "temp")
     assert r.returncode == 0 and "<svg" in (tmp_path / "s.svg").read_text(), r.stderr
+
+
+def test_rate_distortion_against_the_baselines(tmp_path):
+    pytest.importorskip("pysz", reason="pysz is not installed: no SZ3 baselines")
+    h = HIERARCHIES["3d"]()
+    rels = (1e-2, 1e-3, 1e-4)
+    curves = plot.rate_distortion(h, "density", rels)
+    assert set(curves) == {"amrzip", "per-box SZ3", "AMReX 1-D (SZ3)"}
+    for name, points in curves.items():
+        assert [r for r, _, _ in points] == list(rels)
+        psnrs, ratios = [p for _, p, _ in points], [q for _, _, q in points]
+        assert psnrs == sorted(psnrs) and ratios == sorted(ratios, reverse=True), name  # tighter: better PSNR, less ratio
+        # an error bound of rel * range bounds the PSNR from below: 20 log10(1 / rel)
+        assert all(p >= 20 * np.log10(1 / r) for r, p, _ in points), name
+    fig = plot.plot_rate_distortion(curves, "density")
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == list(curves)
+    assert ax.get_yscale() == "log" and ax.get_xlabel() == "PSNR (dB)"
+    r = run("rd", _plotfile(h, tmp_path), "-o", tmp_path / "rd.png", "--field", "density", "--bounds", "1e-2,1e-3", "--dpi", "50")
+    assert r.returncode == 0 and "per-box SZ3: rel 0.01:" in r.stdout and Image.open(tmp_path / "rd.png").size == (320, 240), r.stderr
+    r = run("rd", _plotfile(h, tmp_path), "-o", tmp_path / "rd.png", "--bounds", "2")
+    assert r.returncode == 2 and "between 0 and 1" in r.stderr
+
+
+def _plotfile(h, tmp_path):
+    path = tmp_path / "plt"
+    if not path.exists():
+        write_plotfile(h, path)
+    return path

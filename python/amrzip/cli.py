@@ -11,7 +11,6 @@ Errors are reported as one ``amrzip: error: ...`` line on stderr.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
@@ -37,9 +36,9 @@ from rich.progress import (
 from rich.table import Table
 
 import amrzip
-from amrzip import _arrayfile, amr_demo, capi, demo, multires, parallel, plot, streaming
+from amrzip import _arrayfile, amr_demo, baselines, capi, demo, multires, parallel, plot, streaming
 from amrzip._metrics import max_abs_error, psnr
-from amrzip.amr.hierarchy import Hierarchy, box_shape
+from amrzip.amr.hierarchy import box_shape
 from amrzip.codec import MODES, RATIO_WARN
 from amrzip.multires import MultiresDataset, export_idx, levels_dropped
 from amrzip.stage import commands as stage_commands
@@ -626,12 +625,6 @@ def _pick_fields(available, wanted, option: str, where) -> list[str]:
     return wanted
 
 
-def _only_fields(h: Hierarchy, fields: list[str]) -> Hierarchy:
-    """``h`` restricted to ``fields``, sharing its box loaders: nothing is read."""
-    levels = [dataclasses.replace(lev, fields=list(fields)) for lev in h.levels]
-    return dataclasses.replace(h, fields=list(fields), levels=levels)
-
-
 def _format_box(box) -> str:
     """A box as --region takes it: lo:hi."""
     return f"{','.join(map(str, box[0]))}:{','.join(map(str, box[1]))}"
@@ -751,7 +744,7 @@ def convert(source, store, rel_bound, abs_bound, bounds, snapshot, fields, unit,
             f"give an error bound: --rel or --abs, or --bound FIELD=MODE:VALUE for every field (missing for {_names(unbounded)})"
         )
     if chosen != h.fields:
-        h = _only_fields(h, chosen)
+        h = h.only(chosen)
     # Under an MPI launcher every rank reads and compresses its share of the boxes.
     comm = parallel.world()
     lead = comm is None or comm.Get_rank() == 0
@@ -1061,7 +1054,7 @@ def extract(store, snapshot, level, fields, region_text, covered, output, as_plo
 
             h = ds.to_hierarchy()
             if chosen != ds.fields:
-                h = _only_fields(h, chosen)
+                h = h.only(chosen)
             nbytes = sum(lev.num_cells for lev in h.levels) * sum(itemsize.values())
             with _activity(f"writing {output.name}", nbytes):
                 write_plotfile(h, output)
@@ -1219,6 +1212,33 @@ def plot_error_command(store, source, output, field, axis, coord, snapshot, outl
     except (ValueError, KeyError) as e:
         raise click.ClickException(str(e)) from None
     _save(fig, output, dpi)
+
+
+@plot_group.command("rd")
+@click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, path_type=Path))
+@_plot_output
+@click.option("--field", help="Field to measure [default: the first].")
+@click.option("--bounds", "rels", default="1e-2,1e-3,1e-4,1e-5", show_default=True, help="Value-range relative bounds, comma separated.")
+@click.option("--no-baselines", "with_baselines", is_flag=True, flag_value=False, default=True, help="Leave out per-box SZ3 and the 1-D baseline.")
+@click.option("--dpi", type=click.IntRange(20, 1200), default=150, show_default=True, help="Resolution of a PNG.")
+def plot_rd_command(input_path, output, field, rels, with_baselines, dpi):
+    """The rate-distortion curve (ratio against PSNR) of a field of an AMR file, compressed into
+    a store at each bound, against per-box SZ3 and AMReX's 1-D baseline (with pysz installed)."""
+    try:
+        bounds = [float(v) for v in rels.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{rels!r} is not a comma-separated list of numbers", param_hint="--bounds") from None
+    if not bounds or any(not 0 < b < 1 for b in bounds):
+        raise click.BadParameter("bounds are fractions of the value range, between 0 and 1", param_hint="--bounds")
+    src = _plot_source(input_path, None)
+    h = src.to_hierarchy() if isinstance(src, amrzip.Dataset) else src
+    field = _plot_field(h, field)
+    if with_baselines and not baselines.have_sz3():
+        _warn("pysz is not installed: the curve has no SZ3 baselines (pip install pysz)")
+    curves = plot.rate_distortion(h, field, bounds, baselines=with_baselines)
+    for name, points in curves.items():
+        click.echo(f"{name}: " + ", ".join(f"rel {r:g}: {p:.1f} dB, ratio {q:.1f}" for r, p, q in points))
+    _save(plot.plot_rate_distortion(curves, f"{field} of {input_path.name}"), output, dpi)
 
 
 cli.add_command(stage_commands.stage)

@@ -220,4 +220,67 @@ def source_of(path, snapshot: str | None = None):
             raise ValueError(f"{path} is neither a snapshot store ({store_error}) nor an AMR file amrzip reads") from None
 
 
-__all__ = ["Slice", "slice_of", "plot_slice", "plot_error", "source_of", "Hierarchy"]
+
+def rate_distortion(h: Hierarchy, field: str, rels=(1e-2, 1e-3, 1e-4, 1e-5), baselines: bool = True) -> dict:
+    """Ratio against PSNR of one field of ``h`` over the value-range relative bounds ``rels``:
+    {method: [(rel, psnr, ratio)]} for amrzip's store and, with ``baselines`` and pysz
+    installed, per-box SZ3 and AMReX's 1-D baseline at the same absolute bounds. The ratio is the
+    field's bytes over all cells of all levels over the compressed payload; the PSNR is over
+    the leaf cells (those no finer level covers), peak = their value range (the same numbers as
+    benches/amr_bench.py's)."""
+    import tempfile
+
+    import amrzip
+    from amrzip import baselines as base
+    from amrzip._metrics import psnr
+    from amrzip.amr.leaves import Leaves
+
+    if field not in h.fields:
+        raise KeyError(f"no field {field!r} (fields: {', '.join(h.fields)})")
+    sub = h.only([field])
+    boxes = {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(sub.levels) for i in range(lev.num_boxes)}
+    shapes = {key: a.shape for key, a in boxes.items()}
+    leaves = Leaves.of(sub)
+    leaf = leaves.values(boxes)
+    vrange = float(leaf.max() - leaf.min()) if leaf.size else 0.0
+    raw = sum(a.nbytes for a in boxes.values())
+    dtype = sub.dtype(field)
+    curves: dict = {"amrzip": []}
+    with_sz3 = baselines and base.have_sz3()
+    if with_sz3:
+        curves.update({"per-box SZ3": [], "AMReX 1-D (SZ3)": []})
+    for rel in rels:
+        eb = rel * vrange
+        with tempfile.TemporaryDirectory(prefix="amrzip-rd-") as tmp:
+            summary = amrzip.write(sub, f"{tmp}/s", rel=rel)
+            stored = sum(int(lev["fields"][field]["stored_bytes"]) for lev in summary["levels"])
+            back = amrzip.open(f"{tmp}/s").to_hierarchy()
+            out = {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(back.levels) for i in range(lev.num_boxes)}
+        curves["amrzip"].append((rel, psnr(leaf, leaves.values(out)), raw / stored))
+        if with_sz3:
+            blobs = base.per_box_sz3_encode(boxes, eb)
+            dec = base.per_box_sz3_decode(blobs, dtype, shapes)
+            curves["per-box SZ3"].append((rel, psnr(leaf, leaves.values(dec)), raw / base.stream_bytes(blobs)))
+            streams = base.amrex_1d_encode(boxes, [lev.num_boxes for lev in sub.levels], eb)
+            dec = base.amrex_1d_decode(streams, dtype, shapes)
+            curves["AMReX 1-D (SZ3)"].append((rel, psnr(leaf, leaves.values(dec)), raw / base.stream_bytes(streams)))
+    return curves
+
+
+def plot_rate_distortion(curves: dict, title: str = "", size=(6.4, 4.8)):
+    """The curves of :func:`rate_distortion`: compression ratio (log scale) against PSNR."""
+    fig, ax = _figure(size)
+    for name, points in curves.items():
+        finite = [(p, r) for _, p, r in points if np.isfinite(p)]
+        if finite:
+            ax.plot(*zip(*finite), marker="o", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("PSNR (dB)")
+    ax.set_ylabel("compression ratio")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    return fig
+
+
+__all__ = ["Slice", "slice_of", "plot_slice", "plot_error", "source_of", "rate_distortion", "plot_rate_distortion"]

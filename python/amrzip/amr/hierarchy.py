@@ -11,6 +11,7 @@ maps), not copies.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -151,6 +152,12 @@ class Hierarchy:
             if lev.boxes:
                 return lev.box_data(f, 0).dtype
         return np.dtype(np.float64)
+
+    def only(self, fields: Sequence[str]) -> "Hierarchy":
+        """This hierarchy restricted to ``fields``, sharing its box loaders and arrays: nothing
+        is read or copied."""
+        levels = [dataclasses.replace(lev, fields=list(fields)) for lev in self.levels]
+        return dataclasses.replace(self, fields=list(fields), levels=levels)
 
     def covered_mask(self, L: int, i: int) -> np.ndarray:
         """Boolean array over box ``i`` of level ``L``: True where level ``L + 1`` covers the cell
