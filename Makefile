@@ -42,7 +42,7 @@ pc_file = sed -e 's|@PREFIX@|$(1)|' -e 's|@RPATH@|$(2)|' -e 's|@VERSION@|$(VERSI
 # The static archive without the debugging sections of Rust's standard library, a third of its size.
 strip_static = strip --strip-debug -o $(2) $(1)
 
-.PHONY: setup demo test wheel clean capi header check-header install examples
+.PHONY: setup demo test docs wheel clean capi header check-header install examples
 
 setup: $(VENV)/.extension-built $(HDF5_PLUGIN) $(CAPI_PACKAGED)
 
@@ -153,6 +153,18 @@ test: setup check-header examples
 	cargo test --release --workspace
 	$(BIN)/python -m pytest -q
 
+# The documentation site (mkdocs.yml, docs/) into site/, its figures first made by the benchmarks'
+# code. --strict turns every warning (a broken link, a page missing from the nav) into an error.
+# The Material theme prints a notice of its end of life (May 2027) on every build unless
+# NO_MKDOCS_2_WARNING is set; it says nothing about this site.
+docs: setup $(VENV)/.docs-tools-installed
+	$(BIN)/python benches/docs_figures.py docs/img
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(VENV)/.docs-tools-installed: docs/requirements.txt requirements-dev.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r docs/requirements.txt -c requirements-dev.txt
+	@touch $@
+
 clean:
-	rm -rf $(VENV) target dist build/examples build/amrzip.h python/amrzip/_core*.so $(dir $(HDF5_PLUGIN)) \
+	rm -rf $(VENV) target dist site docs/img build/examples build/amrzip.h python/amrzip/_core*.so $(dir $(HDF5_PLUGIN)) \
 		$(CAPI_PKG)/include $(CAPI_PKG)/lib
