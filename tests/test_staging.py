@@ -398,3 +398,13 @@ def test_timesteps_are_spread_over_several_metadata_servers():
         status = c.status()
         assert [sorted(map(int, st["timesteps"])) for st in status] == [[0, 2], [1, 3]]
         assert all(len(st["dservers"]) == 2 for st in status)  # each data server registered with both
+
+
+def test_a_port_in_use_is_a_one_line_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "amrzip", "stage", "mserver", "--bind", f"tcp://127.0.0.1:{port}", "--lifetime", "5"],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("amrzip: error: cannot listen on") and "Traceback" not in r.stderr

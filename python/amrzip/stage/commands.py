@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import signal
 import time
@@ -76,14 +77,15 @@ def serve(dservers, nodes, mservers, host, port, state, mpi, capacity, heartbeat
     from amrzip.stage.launch import LocalService, serve_mpi
 
     if mpi:
-        serve_mpi(mservers=mservers, host=host, capacity=capacity, state=state, heartbeat=heartbeat, timeout=timeout,
-                  lifetime=lifetime, quiet=quiet)
+        with _reported():
+            serve_mpi(mservers=mservers, host=host, capacity=capacity, state=state, heartbeat=heartbeat, timeout=timeout,
+                      lifetime=lifetime, quiet=quiet)
         return
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
-    with LocalService(dservers, nodes=nodes, mservers=mservers, host=host, port=port, capacity=capacity, state=state,
-                      lifetime=lifetime, heartbeat=heartbeat, timeout=timeout, quiet=quiet) as service:
+    with _reported(), LocalService(dservers, nodes=nodes, mservers=mservers, host=host, port=port, capacity=capacity,
+                                   state=state, lifetime=lifetime, heartbeat=heartbeat, timeout=timeout, quiet=quiet) as service:
         click.echo(f"staging service: metadata {' '.join(service.addresses)}; {dservers} data server(s) on {nodes} node(s)")
         click.echo(f"connect with amrzip.stage.Client({service.addresses[0]!r}); stop with Ctrl-C")
         end = None if lifetime is None else time.monotonic() + lifetime
@@ -110,8 +112,9 @@ def mserver(bind, state, address_file, heartbeat, timeout, lifetime, parent, qui
     _zmq()
     from amrzip.stage.launch import run_mserver
 
-    run_mserver(bind, address_file=address_file, state=state, heartbeat=heartbeat, timeout=timeout, lifetime=lifetime,
-                parent=parent, quiet=quiet)
+    with _reported():
+        run_mserver(bind, address_file=address_file, state=state, heartbeat=heartbeat, timeout=timeout, lifetime=lifetime,
+                    parent=parent, quiet=quiet)
 
 
 @stage.command("dserver")
@@ -128,8 +131,9 @@ def dserver(mservers, bind, node, address_file, capacity, lifetime, parent, quie
     _zmq()
     from amrzip.stage.launch import run_dserver
 
-    run_dserver(bind, list(mservers), address_file=address_file, node=node, capacity=capacity, lifetime=lifetime,
-                parent=parent, quiet=quiet)
+    with _reported():
+        run_dserver(bind, list(mservers), address_file=address_file, node=node, capacity=capacity, lifetime=lifetime,
+                    parent=parent, quiet=quiet)
 
 
 @stage.command("status")
@@ -164,12 +168,20 @@ def stop(address, timeout):
 
 
 def _ask(address, timeout, request):
-    """Runs ``request`` on a client of the metadata servers; a failure becomes a one-line error."""
+    """Runs ``request`` on a client of the metadata servers."""
     _zmq()
-    from amrzip.stage import Client, StagingError
+    from amrzip.stage import Client
+
+    with _reported(), Client(list(address), timeout=timeout) as c:
+        return request(c)
+
+
+@contextlib.contextmanager
+def _reported():
+    """A staging failure (a server that does not answer, a port in use) as a one-line error."""
+    from amrzip.stage import StagingError
 
     try:
-        with Client(list(address), timeout=timeout) as c:
-            return request(c)
+        yield
     except StagingError as e:
         raise click.ClickException(str(e)) from None

@@ -91,7 +91,7 @@ class LocalService:
         end = time.monotonic() + timeout
         while not path.exists():
             if any(p.poll() is not None for p in self.processes):
-                raise StagingError("a staging server exited while starting (run without quiet to see why)")
+                raise StagingError("a staging server exited while starting (its own error is printed above unless quiet)")
             if time.monotonic() > end:
                 raise StagingError(f"a staging server did not start within {timeout:g} s")
             time.sleep(0.02)
@@ -104,7 +104,7 @@ class LocalService:
                 if all(sum(d["alive"] for d in s["dservers"]) >= n for s in c.status()):
                     return
                 if any(p.poll() is not None for p in self.processes):
-                    raise StagingError("a staging server exited while starting (run without quiet to see why)")
+                    raise StagingError("a staging server exited while starting (its own error is printed above unless quiet)")
                 if time.monotonic() > end:
                     raise StagingError(f"{n} data servers did not register within {timeout:g} s")
                 time.sleep(0.05)

@@ -109,9 +109,13 @@ class Server:
 
 def _bind(socket, bind: str) -> str:
     """Binds ``tcp://host:port``; port ``*`` or 0 takes a free one. Returns the address bound."""
-    if bind.endswith(":*") or bind.endswith(":0"):
-        host = bind.rsplit(":", 1)[0]
-        port = socket.bind_to_random_port(host)
-        return f"{host}:{port}"
-    socket.bind(bind)
+    try:
+        if bind.endswith(":*") or bind.endswith(":0"):
+            host = bind.rsplit(":", 1)[0]
+            port = socket.bind_to_random_port(host)
+            return f"{host}:{port}"
+        socket.bind(bind)
+    except zmq.ZMQError as e:
+        socket.close(linger=0)
+        raise StagingError(f"cannot listen on {bind}: {e}") from None
     return socket.getsockopt(zmq.LAST_ENDPOINT).decode()
