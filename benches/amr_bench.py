@@ -247,7 +247,7 @@ def store(**options):
             t1 = time.perf_counter()
             ds = amrzip.open(str(path), threads=STORE_THREADS)
             back = ds.to_hierarchy()
-            out = am.field_boxes(back, field)  # every box decoded now, as the baselines' are
+            out = back.field_boxes(field)  # every box decoded now, as the baselines' are
             t2 = time.perf_counter()
             if hasattr(ds, "close"):
                 ds.close()
@@ -334,7 +334,7 @@ class Prepared:
 
 
 def prepare(dataset: str, h: Hierarchy, field: str, leaves: Leaves) -> Prepared:
-    boxes = am.field_boxes(h, field)
+    boxes = h.field_boxes(field)
     leaf = leaves.values(boxes)
     return Prepared(dataset, field, h, boxes, leaves, leaf, am.value_range(leaf),
                     volume_weighted_mean(leaf, leaves.volumes), am.stored_bytes(h, field))

@@ -14,11 +14,6 @@ import numpy as np
 from amrzip.amr import Hierarchy
 
 
-def field_boxes(h: Hierarchy, field: str) -> dict:
-    """{(level, box): array} of one field, as stored (all cells, covered ones included)."""
-    return {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(h.levels) for i in range(lev.num_boxes)}
-
-
 def stored_bytes(h: Hierarchy, field: str) -> int:
     """Bytes of one field over all cells of all levels, as the source stores it: the common ratio denominator."""
     return sum(lev.num_cells for lev in h.levels) * h.dtype(field).itemsize

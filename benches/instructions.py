@@ -28,7 +28,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import amr_bench as ab  # noqa: E402
-import amr_metrics as am  # noqa: E402
 from report import markdown_table  # noqa: E402
 
 def child(plotfile: str, field: str, rel: float, step: str, mode: str, store: str, stop: bool) -> None:
@@ -38,14 +37,14 @@ def child(plotfile: str, field: str, rel: float, step: str, mode: str, store: st
 
     if step == "read":
         if not stop:
-            am.field_boxes(amrzip.open(store, threads=1).to_hierarchy(), field)
+            amrzip.open(store, threads=1).to_hierarchy().field_boxes(field)
         return
     h = amrzip.read(plotfile).only([field])
     if step == "write":
         if not stop:  # into a folder of its own: the read step's store is written beside it
             amrzip.write(h, tempfile.mkdtemp(dir=Path(store).parent), rel=rel, threads=1, mode=mode)
         return
-    boxes = am.field_boxes(h, field)
+    boxes = h.field_boxes(field)
     eb = rel * (max(float(a.max()) for a in boxes.values()) - min(float(a.min()) for a in boxes.values()))
     conf = baselines.sz3_config(eb)
     arrays = {k: np.ascontiguousarray(a.T) for k, a in boxes.items()}  # C order with x fastest, as on disk

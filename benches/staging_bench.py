@@ -123,12 +123,16 @@ def box_sets(timesteps: int, growth: int) -> list[BoxSet]:
         for t in range(timesteps):
             many.add(t, levels, ratios, weight)
         out += [one, many]
-    grow = BoxSet(f"simulated growth {growth}^3, {timesteps} steps", 3)
+    return out + [growth_set(timesteps, growth)]
+
+
+def growth_set(timesteps: int, n: int) -> BoxSet:
+    """The simulated growing run: every step's boxes, four fields of 8 bytes a cell."""
+    grow = BoxSet(f"simulated growth {n}^3, {timesteps} steps", 3)
     for t in range(timesteps):
-        levels, ratios = growth_levels(t, timesteps, n=growth)
+        levels, ratios = growth_levels(t, timesteps, n=n)
         grow.add(t, levels, ratios, 8 * 4)
-    out.append(grow)
-    return out
+    return grow
 
 
 def hilbert_loads(s: BoxSet, nservers: int) -> np.ndarray:

@@ -238,7 +238,7 @@ def rate_distortion(h: Hierarchy, field: str, rels=(1e-2, 1e-3, 1e-4, 1e-5), bas
     if field not in h.fields:
         raise KeyError(f"no field {field!r} (fields: {', '.join(h.fields)})")
     sub = h.only([field])
-    boxes = {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(sub.levels) for i in range(lev.num_boxes)}
+    boxes = sub.field_boxes(field)
     shapes = {key: a.shape for key, a in boxes.items()}
     leaves = Leaves.of(sub)
     leaf = leaves.values(boxes)
@@ -255,7 +255,7 @@ def rate_distortion(h: Hierarchy, field: str, rels=(1e-2, 1e-3, 1e-4, 1e-5), bas
             summary = amrzip.write(sub, f"{tmp}/s", rel=rel)
             stored = sum(int(lev["fields"][field]["stored_bytes"]) for lev in summary["levels"])
             back = amrzip.open(f"{tmp}/s").to_hierarchy()
-            out = {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(back.levels) for i in range(lev.num_boxes)}
+            out = back.field_boxes(field)
         curves["amrzip"].append((rel, psnr(leaf, leaves.values(out)), raw / stored))
         if with_sz3:
             blobs = base.per_box_sz3_encode(boxes, eb)

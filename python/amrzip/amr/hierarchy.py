@@ -159,6 +159,10 @@ class Hierarchy:
         levels = [dataclasses.replace(lev, fields=list(fields)) for lev in self.levels]
         return dataclasses.replace(self, fields=list(fields), levels=levels)
 
+    def field_boxes(self, field: str) -> dict:
+        """Every box's array of ``field``, all cells (covered ones included): {(level, box): array}."""
+        return {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(self.levels) for i in range(lev.num_boxes)}
+
     def covered_mask(self, L: int, i: int) -> np.ndarray:
         """Boolean array over box ``i`` of level ``L``: True where level ``L + 1`` covers the cell
         (or node)."""
