@@ -141,8 +141,10 @@ def test_rate_distortion_against_the_baselines(tmp_path):
     pytest.importorskip("pysz", reason="pysz is not installed: no SZ3 baselines")
     h = HIERARCHIES["3d"]()
     rels = (1e-2, 1e-3, 1e-4)
-    curves = plot.rate_distortion(h, "density", rels)
+    done = []
+    curves = plot.rate_distortion(h, "density", rels, progress=done.append)
     assert set(curves) == {"amrzip", "per-box SZ3", "AMReX 1-D (SZ3)"}
+    assert done == [sum(a.nbytes for a in h.field_boxes("density").values())] * len(rels)
     for name, points in curves.items():
         assert [r for r, _, _ in points] == list(rels)
         psnrs, ratios = [p for _, p, _ in points], [q for _, _, q in points]

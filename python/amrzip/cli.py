@@ -1235,7 +1235,9 @@ def plot_rd_command(input_path, output, field, rels, with_baselines, dpi):
     field = _plot_field(h, field)
     if with_baselines and not baselines.have_sz3():
         _warn("pysz is not installed: the curve has no SZ3 baselines (pip install pysz)")
-    curves = plot.rate_distortion(h, field, bounds, baselines=with_baselines)
+    raw = sum(lev.num_cells for lev in h.levels) * h.dtype(field).itemsize
+    with _progress(f"{field} at {len(bounds)} bounds", raw * len(bounds)) as advance:
+        curves = plot.rate_distortion(h, field, bounds, baselines=with_baselines, progress=advance)
     for name, points in curves.items():
         click.echo(f"{name}: " + ", ".join(f"rel {r:g}: {p:.1f} dB, ratio {q:.1f}" for r, p, q in points))
     _save(plot.plot_rate_distortion(curves, f"{field} of {input_path.name}"), output, dpi)

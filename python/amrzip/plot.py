@@ -221,13 +221,14 @@ def source_of(path, snapshot: str | None = None):
 
 
 
-def rate_distortion(h: Hierarchy, field: str, rels=(1e-2, 1e-3, 1e-4, 1e-5), baselines: bool = True) -> dict:
+def rate_distortion(h: Hierarchy, field: str, rels=(1e-2, 1e-3, 1e-4, 1e-5), baselines: bool = True, progress=None) -> dict:
     """Ratio against PSNR of one field of ``h`` over the value-range relative bounds ``rels``:
     {method: [(rel, psnr, ratio)]} for amrzip's store and, with ``baselines`` and pysz
     installed, per-box SZ3 and AMReX's 1-D baseline at the same absolute bounds. The ratio is the
     field's bytes over all cells of all levels over the compressed payload; the PSNR is over
     the leaf cells (those no finer level covers), peak = their value range (the same numbers as
-    benches/amr_bench.py's)."""
+    benches/amr_bench.py's). ``progress(nbytes)`` is called with the field's bytes as each bound
+    is done."""
     import tempfile
 
     import amrzip
@@ -264,6 +265,8 @@ def rate_distortion(h: Hierarchy, field: str, rels=(1e-2, 1e-3, 1e-4, 1e-5), bas
             streams = base.amrex_1d_encode(boxes, [lev.num_boxes for lev in sub.levels], eb)
             dec = base.amrex_1d_decode(streams, dtype, shapes)
             curves["AMReX 1-D (SZ3)"].append((rel, psnr(leaf, leaves.values(dec)), raw / base.stream_bytes(streams)))
+        if progress is not None:
+            progress(raw)
     return curves
 
 
