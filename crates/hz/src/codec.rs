@@ -8,12 +8,14 @@
 //! depends only on coarser ones: the blocks of a level decode independently, in parallel, and a
 //! reduced-resolution or region read decodes only the blocks it needs.
 //!
-//! Each block is one payload: its symbols under its level's coder, then the values kept
+//! Each block is one payload: its symbols under its level's coders, then the values kept
 //! exactly. A level's coder statistics are shared by all its blocks and stored once, in the
 //! index (SLE): a Huffman codebook (the payload then through zstd where that makes it smaller),
 //! or, where a sample says it comes out at least 5% smaller and it does, the codec's
-//! context-modelled coder with its tables. Payloads are stored in HZ order, so the blocks of a
-//! reduced resolution are a prefix of the data.
+//! context-modelled coder with its tables. Points predicted from one side only (line ends, which
+//! HZ does not anchor) get a Huffman codebook of their own where that is smaller, and a block
+//! whose residuals are all zero is its counts alone. Payloads are stored in HZ order, so the
+//! blocks of a reduced resolution are a prefix of the data.
 
 use crate::geometry::{Geometry, LevelBlock, AXES};
 use crate::resolution::ResolutionMap;
@@ -22,7 +24,13 @@ use amrzip_codec::{ByteReader, CodecError, Config, DType, Element, ErrorBound, R
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
-const MAGIC: &[u8; 8] = b"AMRZHZ01";
+/// Version 2 codes one-sided points apart (17.3); version 1 indexes are still read.
+const MAGIC: &[u8; 8] = b"AMRZHZ02";
+const MAGIC_V1: &[u8; 8] = b"AMRZHZ01";
+/// Payload flag of a block whose every symbol is a zero residual, with no exact values.
+const ALL_ZERO: u8 = 4;
+/// Payload flag of a context-coded block through zstd (as flag 1 is of a Huffman-coded one).
+const CONTEXT_ZSTD: u8 = 5;
 const CUBIC: u8 = 1;
 const ZSTD_LEVEL: i32 = 1;
 /// The residual-0 symbol and the alphabet of the quantizer's symbols.
@@ -185,14 +193,14 @@ unsafe fn walk<T: Element>(
     map: Option<&ResolutionMap>,
     b: &LevelBlock,
     v: View<T>,
-    mut visit: impl FnMut(Option<*mut T>, f64),
+    mut visit: impl FnMut(Option<*mut T>, f64, bool),
 ) {
     if b.is_empty() {
         return;
     }
     if b.level == 0 {
         if map.is_none_or(|m| m.keeps(g, [0; AXES])) {
-            visit(v.holds([0; AXES]).then(|| v.ptr.add(v.offset([0; AXES]))), 0.0);
+            visit(v.holds([0; AXES]).then(|| v.ptr.add(v.offset([0; AXES]))), 0.0, false);
         }
         return;
     }
@@ -209,14 +217,17 @@ unsafe fn walk<T: Element>(
         if map.is_some_and(|m| !m.keeps(g, x)) {
             return;
         }
-        if !v.holds(x) {
-            return visit(None, 0.0);
-        }
         let xa = x[a];
-        let p = v.ptr.add(v.offset(x));
-        let at = |k: isize| (*p.offset(k * o)).to_f64();
         let hb = kept(x, xa - s);
         let hc = xa + s < n && kept(x, xa + s);
+        // Points without neighbours on both sides (line ends, and where a map leaves points
+        // out) are extrapolated: their residuals are far larger than the others' (17.3).
+        let one_sided = !(hb && hc);
+        if !v.holds(x) {
+            return visit(None, 0.0, one_sided);
+        }
+        let p = v.ptr.add(v.offset(x));
+        let at = |k: isize| (*p.offset(k * o)).to_f64();
         let ha = xa >= 3 * s && kept(x, xa - 3 * s);
         let hd = xa + 3 * s < n && kept(x, xa + 3 * s);
         let pred = match (hb, hc, ha, hd) {
@@ -235,7 +246,7 @@ unsafe fn walk<T: Element>(
             (false, true, _, false) => at(1),
             (false, false, ..) => 0.0,
         };
-        visit(Some(p), pred);
+        visit(Some(p), pred, one_sided);
     });
 }
 
@@ -251,6 +262,10 @@ pub struct Index {
     pub map: Option<ResolutionMap>,
     /// Coder of block 0, then of each level after it (`None`: nothing coded).
     books: Vec<Option<Coder>>,
+    /// Version 2: each level's one-sided points are coded apart, under `ends` (`None`: the
+    /// level has none).
+    split: bool,
+    ends: Vec<Option<Codebook>>,
     /// Per block: offset in the data (the lengths before it), length (0: skipped), CRC-32.
     table: Vec<(u64, u32, u32)>,
 }
@@ -268,23 +283,55 @@ fn book_of<'a>(books: &'a [Option<Coder>], g: &Geometry, level: u32) -> Option<&
     books.get(i).and_then(|b| b.as_ref())
 }
 
-/// One block's payload: a flag (0 Huffman bits as they are, 1 the same through zstd with the
-/// raw length first, 2 context-coded), then symbols count, exact count, coded length, the coded
-/// symbols, the exact values.
-fn payload<T: Element>(flag: u8, coded: &[u8], symbols: usize, exact: &[T]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(coded.len() + exact.len() * T::BYTES + 30);
-    put_varint(&mut body, symbols as u64);
-    put_varint(&mut body, exact.len() as u64);
-    put_varint(&mut body, coded.len() as u64);
+/// A block's symbols in walk order: of the points predicted from both sides, and of the
+/// one-sided ones; and the values kept exactly.
+struct BlockSymbols<T> {
+    blk: u64,
+    inner: Vec<u16>,
+    ends: Vec<u16>,
+    exact: Vec<T>,
+    /// Per symbol in walk order, whether it is an end symbol.
+    one_sided: Vec<bool>,
+}
+
+impl<T: Clone> BlockSymbols<T> {
+    /// The block with every symbol in the inner stream, in walk order.
+    fn merged(&self) -> BlockSymbols<T> {
+        let (mut inner, mut ends) = (self.inner.iter(), self.ends.iter());
+        let all = self.one_sided.iter().map(|&e| *if e { ends.next() } else { inner.next() }.expect("a symbol a point")).collect();
+        BlockSymbols { blk: self.blk, inner: all, ends: Vec::new(), exact: self.exact.clone(), one_sided: Vec::new() }
+    }
+}
+
+/// One block's payload (17.3): a flag (0 Huffman bits as they are, 1 the same through zstd with
+/// the raw length first, 2 context-coded, `CONTEXT_ZSTD` the same through zstd, `ALL_ZERO`), then the counts of inner symbols, end
+/// symbols and exact values, the coded inner symbols, the coded end symbols, the exact values.
+fn payload<T: Element>(flag: u8, coded: &[u8], ends: &[u8], b: &BlockSymbols<T>) -> Vec<u8> {
+    if b.exact.is_empty() && b.inner.iter().chain(&b.ends).all(|&x| x == ZERO) {
+        // Where the prediction is exact within the bound everywhere (fine levels at loose
+        // bounds), a block is its counts alone.
+        let mut out = vec![ALL_ZERO];
+        put_varint(&mut out, b.inner.len() as u64);
+        put_varint(&mut out, b.ends.len() as u64);
+        return out;
+    }
+    let mut body = Vec::with_capacity(coded.len() + ends.len() + b.exact.len() * T::BYTES + 40);
+    for n in [b.inner.len(), b.ends.len(), b.exact.len(), coded.len()] {
+        put_varint(&mut body, n as u64);
+    }
     body.extend_from_slice(coded);
-    for &x in exact {
+    put_varint(&mut body, ends.len() as u64);
+    body.extend_from_slice(ends);
+    for &x in &b.exact {
         x.write_le(&mut body);
     }
     let mut out = Vec::with_capacity(body.len() + 11);
-    if flag == 0 {
+    // Huffman codes take a bit a symbol at least, which zstd packs where zero residuals run
+    // long; context-coded inner symbols gain nothing from it, but their end symbols may.
+    if flag == 0 || (flag == 2 && !b.ends.is_empty()) {
         let packed = zstd_compress(&body, ZSTD_LEVEL);
         if packed.len() + 10 < body.len() - body.len() / 32 {
-            out.push(1);
+            out.push(if flag == 0 { 1 } else { CONTEXT_ZSTD });
             put_varint(&mut out, body.len() as u64);
             out.extend_from_slice(&packed);
             return out;
@@ -309,36 +356,64 @@ fn context_estimate(blocks: &[&[u16]]) -> f64 {
     ContextCoder::estimate(&sample, ZERO)
 }
 
-/// Codes a level's blocks: Huffman codes, or the context coder where it is smaller.
-fn code_level<T: Element + Sync>(coded: &[(u64, Vec<u16>, Vec<T>)]) -> Result<(Coder, Vec<Vec<u8>>)> {
-    let mut h = Histogram::default();
-    for (_, symbols, _) in coded {
-        h.add(&Histogram::of(symbols));
+/// The bytes of a level's coding (`code_level`), its shared tables included.
+fn coded_size(coder: &Coder, ends: &Option<Codebook>, payloads: &[Vec<u8>]) -> usize {
+    let mut book = Vec::new();
+    if let Some(e) = ends {
+        e.write(&mut book);
     }
-    let book = Codebook::of(&h);
+    coder.stored().len() + book.len() + payloads.iter().map(Vec::len).sum::<usize>()
+}
+
+/// Codes a level's blocks: the inner symbols by Huffman codes, or the context coder where it
+/// is smaller; the end symbols by a Huffman codebook of their own. Line ends are extrapolated,
+/// and their residuals are spread wide where the others are mostly zero: one code for both
+/// costs about half again as much (smooth 256^3 field at 1e-4, summed order-0 entropies of the
+/// levels after block 0: 338 kB mixed, 213 kB apart).
+fn code_level<T: Element + Sync>(coded: &[BlockSymbols<T>]) -> Result<(Coder, Option<Codebook>, Vec<Vec<u8>>)> {
+    let histogram = |symbols: &dyn Fn(&BlockSymbols<T>) -> &[u16]| {
+        let mut h = Histogram::default();
+        for b in coded {
+            h.add(&Histogram::of(symbols(b)));
+        }
+        h
+    };
+    let ends_book = coded.iter().any(|b| !b.ends.is_empty()).then(|| Codebook::of(&histogram(&|b| &b.ends)));
+    let ends: Vec<Vec<u8>> = coded
+        .par_iter()
+        .map(|b| {
+            let mut bits = Vec::new();
+            if let Some(book) = &ends_book {
+                book.encode(&b.ends, &mut bits)?;
+            }
+            Ok(bits)
+        })
+        .collect::<Result<_>>()?;
+    let book = Codebook::of(&histogram(&|b| &b.inner));
     let huffman: Vec<Vec<u8>> = coded
         .par_iter()
-        .map(|(_, s, e)| {
+        .zip(&ends)
+        .map(|(b, e)| {
             let mut bits = Vec::new();
-            book.encode(s, &mut bits)?;
-            Ok(payload(0, &bits, s.len(), e))
+            book.encode(&b.inner, &mut bits)?;
+            Ok(payload(0, &bits, e, b))
         })
         .collect::<Result<_>>()?;
     let size = |coder: &Coder, payloads: &[Vec<u8>]| coder.stored().len() + payloads.iter().map(Vec::len).sum::<usize>();
     let book = Coder::Huffman(Box::new(book));
     let huffman_size = size(&book, &huffman);
-    let symbols: Vec<&[u16]> = coded.iter().map(|(_, s, _)| &s[..]).collect();
+    let symbols: Vec<&[u16]> = coded.iter().map(|b| &b.inner[..]).collect();
     if symbols.iter().map(|s| s.len()).sum::<usize>() >= CONTEXT_MIN_SYMBOLS
         && context_estimate(&symbols) < CONTEXT_GAIN * huffman_size as f64
     {
         let (coder, segments) = ContextCoder::choose(&symbols, ZERO);
-        let payloads: Vec<Vec<u8>> = segments.iter().zip(coded).map(|(seg, (_, s, e))| payload(2, seg, s.len(), e)).collect();
+        let payloads: Vec<Vec<u8>> = segments.iter().zip(coded).zip(&ends).map(|((seg, b), e)| payload(2, seg, e, b)).collect();
         let coder = Coder::Context(coder);
         if size(&coder, &payloads) < huffman_size {
-            return Ok((coder, payloads));
+            return Ok((coder, ends_book, payloads));
         }
     }
-    Ok((book, huffman))
+    Ok((book, ends_book, huffman))
 }
 
 /// Encodes `data` (C order, `g`'s shape) within `eb`, keeping the points `map` keeps (all
@@ -358,25 +433,26 @@ pub fn encode<T: Element>(data: Vec<T>, g: &Geometry, map: Option<&ResolutionMap
 fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&ResolutionMap>, eb: f64, tuning: u8) -> Result<Encoded> {
     let v = View::new(g, g.levels(), &mut data);
     let code_block = |blk: u64| {
-        let (mut symbols, mut exact) = (Vec::new(), Vec::new());
-        for b in g.block(blk) {
-            let q = Quantizer::new(level_eb(g, b.level, eb, tuning), DEFAULT_RADIUS);
+        let mut b = BlockSymbols { blk, inner: Vec::new(), ends: Vec::new(), exact: Vec::new(), one_sided: Vec::new() };
+        for lb in g.block(blk) {
+            let q = Quantizer::new(level_eb(g, lb.level, eb, tuning), DEFAULT_RADIUS);
             // Safety: blocks of one level write their own points only (see `walk`).
             unsafe {
-                walk(g, map, &b, v, |p, pred| {
+                walk(g, map, &lb, v, |p, pred, one_sided| {
                     let p = p.expect("the encoder's view holds the whole array");
                     let (s, r) = q.quantize_value(*p, pred);
                     if s == 0 {
-                        exact.push(*p);
+                        b.exact.push(*p);
                     }
                     *p = r;
-                    symbols.push(s);
+                    if one_sided { &mut b.ends } else { &mut b.inner }.push(s);
+                    b.one_sided.push(one_sided);
                 })
             };
         }
-        (blk, symbols, exact)
+        b
     };
-    let mut books = Vec::new();
+    let (mut books, mut ends) = (Vec::new(), Vec::new());
     let mut payloads: Vec<(u64, Vec<u8>)> = Vec::new();
     let fbl = g.first_block_levels();
     // Block 0 is read whole by every read, so it is coded as one array by the codec, which
@@ -394,21 +470,35 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
         p.extend_from_slice(&stream);
         payloads.push((0, p));
         books.push(Some(Coder::Stream));
+        ends.push(None);
     }
     for level in g.first_block_levels()..=g.levels() {
         if level == fbl && !books.is_empty() {
             continue;
         }
         let blocks = g.level_blocks(level);
-        let coded: Vec<(u64, Vec<u16>, Vec<T>)> =
-            blocks.into_par_iter().map(code_block).filter(|(_, symbols, _)| !symbols.is_empty()).collect();
+        let coded: Vec<BlockSymbols<T>> =
+            blocks.into_par_iter().map(code_block).filter(|b| !(b.inner.is_empty() && b.ends.is_empty())).collect();
         if coded.is_empty() {
             books.push(None);
+            ends.push(None);
             continue;
         }
-        let (coder, level_payloads) = code_level(&coded)?;
-        payloads.extend(coded.iter().map(|c| c.0).zip(level_payloads));
+        let (mut coder, mut ends_book, mut level_payloads) = code_level(&coded)?;
+        if ends_book.is_some() {
+            // Where the end symbols are not much wider spread than the rest (rough fields,
+            // coalesced AMR levels), one code for all is smaller than a second codebook with its
+            // bit a symbol. A sample of blocks chose badly (line ends gather in the blocks of the
+            // far faces), so the level is coded both ways.
+            let merged: Vec<BlockSymbols<T>> = coded.par_iter().map(BlockSymbols::merged).collect();
+            let one = code_level(&merged)?;
+            if coded_size(&one.0, &one.1, &one.2) < coded_size(&coder, &ends_book, &level_payloads) {
+                (coder, ends_book, level_payloads) = one;
+            }
+        }
+        payloads.extend(coded.iter().map(|c| c.blk).zip(level_payloads));
         books.push(Some(coder));
+        ends.push(ends_book);
     }
     let mut table = vec![(0u64, 0u32, 0u32); g.blocks() as usize];
     let mut data_out = Vec::with_capacity(payloads.iter().map(|p| p.1.len()).sum());
@@ -416,7 +506,7 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
         table[*blk as usize] = (data_out.len() as u64, p.len() as u32, crc32(p));
         data_out.extend_from_slice(p);
     }
-    let index = Index { geometry: g.clone(), dtype: T::DTYPE, eb, tuning, map: map.cloned(), books, table };
+    let index = Index { geometry: g.clone(), dtype: T::DTYPE, eb, tuning, map: map.cloned(), books, split: true, ends, table };
     Ok(Encoded { index: index.to_bytes(), data: data_out, stored_blocks: payloads.len() })
 }
 
@@ -443,9 +533,16 @@ impl Index {
             }
         }
         put_varint(&mut out, self.books.len() as u64);
-        for book in &self.books {
+        debug_assert!(self.split, "indexes are written in the current version");
+        for (book, ends) in self.books.iter().zip(&self.ends) {
             let bytes = book.as_ref().map(Coder::stored).unwrap_or_default();
             out.push(book.as_ref().map_or(0, Coder::kind));
+            put_varint(&mut out, bytes.len() as u64);
+            out.extend_from_slice(&bytes);
+            let mut bytes = Vec::new();
+            if let Some(e) = ends {
+                e.write(&mut bytes);
+            }
             put_varint(&mut out, bytes.len() as u64);
             out.extend_from_slice(&bytes);
         }
@@ -462,9 +559,11 @@ impl Index {
     /// Parses and checks an index whose data holds `data_len` bytes.
     pub fn read(bytes: &[u8], data_len: u64) -> Result<Index> {
         let body = bytes.len().checked_sub(4).map(|n| &bytes[..n]).ok_or_else(|| corrupt("HZ index truncated"))?;
-        if bytes.get(..8) != Some(&MAGIC[..]) {
-            return Err(corrupt("not an HZ index (bad magic)"));
-        }
+        let split = match bytes.get(..8) {
+            Some(m) if m == &MAGIC[..] => true,
+            Some(m) if m == &MAGIC_V1[..] => false,
+            _ => return Err(corrupt("not an HZ index (bad magic)")),
+        };
         if crc32(body).to_le_bytes() != bytes[body.len()..] {
             return Err(corrupt("HZ index checksum mismatch"));
         }
@@ -507,7 +606,7 @@ impl Index {
         if r.varint("HZ codebook count")? != groups {
             return Err(corrupt(format!("HZ index should hold {groups} codebooks")));
         }
-        let mut books = Vec::new();
+        let (mut books, mut ends) = (Vec::new(), Vec::new());
         for _ in 0..groups {
             let kind = r.u8("HZ coder kind")?;
             let len = r.bounded_varint(r.remaining() as u64, "HZ coder length")? as usize;
@@ -524,6 +623,16 @@ impl Index {
                 2 => Some(Coder::Context(ContextCoder::read(bytes)?)),
                 3 if len == 0 => Some(Coder::Stream),
                 _ => return Err(corrupt(format!("HZ coder kind {kind} unknown"))),
+            });
+            let len = if split { r.bounded_varint(r.remaining() as u64, "HZ end codebook length")? as usize } else { 0 };
+            ends.push(if len == 0 {
+                None
+            } else {
+                let (book, used) = Codebook::read(r.take(len, "HZ end codebook")?, ALPHABET)?;
+                if used != len {
+                    return Err(corrupt("HZ end codebook length does not match its contents"));
+                }
+                Some(book)
             });
         }
         let n = geometry.blocks() as usize;
@@ -548,7 +657,7 @@ impl Index {
         if end != data_len {
             return Err(corrupt(format!("HZ data holds {data_len} bytes, its blocks {end}")));
         }
-        Ok(Index { geometry, dtype, eb, tuning, map, books, table })
+        Ok(Index { geometry, dtype, eb, tuning, map, books, split, ends, table })
     }
 
     /// Byte range of block `blk` in the data (None: skipped).
@@ -652,7 +761,9 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
     let slots: usize = g.block(blk).iter().map(|b| b.slots()).sum();
     let raw;
     let flag = bytes.first().copied();
-    if (flag == Some(2)) != matches!(coder, Coder::Context(_)) || (flag == Some(3)) != matches!(coder, Coder::Stream) {
+    let all_zero = index.split && flag == Some(ALL_ZERO);
+    let context = flag == Some(2) || (index.split && flag == Some(CONTEXT_ZSTD));
+    if !all_zero && (context != matches!(coder, Coder::Context(_)) || (flag == Some(3)) != matches!(coder, Coder::Stream)) {
         return Err(corrupt(format!("HZ block {blk}: coded otherwise than its level")));
     }
     let fbl = g.first_block_levels();
@@ -673,54 +784,70 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
     } else {
         v
     };
-    let body = match flag {
-        Some(0 | 2) => &bytes[1..],
-        Some(1) => {
-            let mut r = ByteReader::new(&bytes[1..]);
-            let n = r.bounded_varint((slots * (2 + T::BYTES) + 64) as u64, "HZ block length")? as usize;
-            raw = zstd::bulk::decompress(&bytes[1 + r.position()..], n).map_err(|e| corrupt(format!("HZ block {blk}: {e}")))?;
-            if raw.len() != n {
-                return Err(corrupt(format!("HZ block {blk}: {} bytes decompressed, {n} expected", raw.len())));
-            }
-            &raw[..]
+    let body = if flag == Some(1) || (context && flag == Some(CONTEXT_ZSTD)) {
+        let mut r = ByteReader::new(&bytes[1..]);
+        let n = r.bounded_varint((slots * (2 + T::BYTES) + 64) as u64, "HZ block length")? as usize;
+        raw = zstd::bulk::decompress(&bytes[1 + r.position()..], n).map_err(|e| corrupt(format!("HZ block {blk}: {e}")))?;
+        if raw.len() != n {
+            return Err(corrupt(format!("HZ block {blk}: {} bytes decompressed, {n} expected", raw.len())));
         }
-        _ => return Err(corrupt(format!("HZ block {blk}: unknown packing"))),
+        &raw[..]
+    } else if matches!(flag, Some(0 | 2)) || all_zero {
+        &bytes[1..]
+    } else {
+        return Err(corrupt(format!("HZ block {blk}: unknown packing")));
     };
     let mut r = ByteReader::new(body);
     let n = r.bounded_varint(slots as u64, "HZ block symbols")? as usize;
-    let n_exact = r.bounded_varint(n as u64, "HZ block exact values")? as usize;
-    let n_bits = r.bounded_varint(r.remaining() as u64, "HZ block bits")? as usize;
-    let bits = r.take(n_bits, "HZ block bits")?;
-    let exact = r.take(n_exact * T::BYTES, "HZ block exact values")?;
+    let m = if index.split { r.bounded_varint((slots - n) as u64, "HZ block end symbols")? as usize } else { 0 };
+    // A level without an end codebook codes its one-sided points with the others.
+    let end_book = index.ends.get(g.block_level(blk).saturating_sub(fbl) as usize).and_then(Option::as_ref);
+    let split = index.split && end_book.is_some();
+    let (inner, ends, exact) = if all_zero {
+        (vec![ZERO; n], vec![ZERO; m], &[][..])
+    } else {
+        let n_exact = r.bounded_varint((n + m) as u64, "HZ block exact values")? as usize;
+        let n_bits = r.bounded_varint(r.remaining() as u64, "HZ block bits")? as usize;
+        let bits = r.take(n_bits, "HZ block bits")?;
+        let end_bits = if index.split {
+            let len = r.bounded_varint(r.remaining() as u64, "HZ block end bits")? as usize;
+            r.take(len, "HZ block end bits")?
+        } else {
+            &[]
+        };
+        let exact = r.take(n_exact * T::BYTES, "HZ block exact values")?;
+        let inner = match coder {
+            Coder::Huffman(book) => huffman_symbols(book, bits, n)?,
+            Coder::Context(c) => {
+                let mut symbols = vec![0u16; n];
+                c.decode(bits, ZERO, ALPHABET, &mut symbols)?;
+                symbols
+            }
+            Coder::Stream => unreachable!("checked against the flag above"),
+        };
+        let ends = match (m, end_book) {
+            (0, _) => Vec::new(),
+            (_, Some(book)) => huffman_symbols(book, end_bits, m)?,
+            _ => return Err(corrupt(format!("HZ block {blk}: {m} end symbols but its level has no end codebook"))),
+        };
+        (inner, ends, exact)
+    };
     if r.remaining() != 0 {
         return Err(corrupt(format!("HZ block {blk}: {} bytes left over", r.remaining())));
     }
-    let symbols = match coder {
-        Coder::Huffman(book) => {
-            let mut symbols: Vec<MaybeUninit<u16>> = Vec::with_capacity(n);
-            // Safety: `decode` writes every one of the n symbols on success.
-            unsafe { symbols.set_len(n) };
-            book.decode(bits, &mut symbols)?;
-            symbols.into_iter().map(|s| unsafe { s.assume_init() }).collect()
-        }
-        Coder::Context(c) => {
-            let mut symbols = vec![0u16; n];
-            c.decode(bits, ZERO, ALPHABET, &mut symbols)?;
-            symbols
-        }
-        Coder::Stream => unreachable!("checked against the flag above"),
-    };
-    let (mut k, mut e, mut bad) = (0usize, 0usize, false);
+    let n_exact = exact.len() / T::BYTES;
+    let (mut k, mut k_end, mut e, mut bad) = (0usize, 0usize, 0usize, false);
     for b in g.block(blk) {
         let q = Quantizer::new(level_eb(g, b.level, index.eb, index.tuning), DEFAULT_RADIUS);
         // Safety: as in `encode`, blocks of one level write their own points only.
         unsafe {
-            walk(g, index.map.as_ref(), &b, target, |p, pred| {
-                let Some(&s) = symbols.get(k) else {
+            walk(g, index.map.as_ref(), &b, target, |p, pred, one_sided| {
+                let (stream, at) = if one_sided && split { (&ends, &mut k_end) } else { (&inner, &mut k) };
+                let Some(&s) = stream.get(*at) else {
                     bad = true;
                     return;
                 };
-                k += 1;
+                *at += 1;
                 let value = if s != 0 {
                     p.map(|_| q.recover(s, pred))
                 } else if e < n_exact {
@@ -736,8 +863,10 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
             })
         };
     }
-    if bad || k != n || e != n_exact {
-        return Err(corrupt(format!("HZ block {blk}: {n} symbols and {n_exact} exact values stored, its points take {k} and {e}")));
+    if bad || k != n || k_end != m || e != n_exact {
+        return Err(corrupt(format!(
+            "HZ block {blk}: {n} + {m} symbols and {n_exact} exact values stored, its points take {k} + {k_end} and {e}"
+        )));
     }
     if blk == 0 {
         scatter_first(g, &first, v);
@@ -747,6 +876,15 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
 
 /// Decodes `blocks` (coarsest first; `payload(blk)` gives each one's bytes) into `v`, the blocks
 /// of one level in parallel.
+/// `n` symbols Huffman-decoded from `bits`.
+fn huffman_symbols(book: &Codebook, bits: &[u8], n: usize) -> Result<Vec<u16>> {
+    let mut symbols: Vec<MaybeUninit<u16>> = Vec::with_capacity(n);
+    // Safety: `decode` writes every one of the n symbols on success.
+    unsafe { symbols.set_len(n) };
+    book.decode(bits, &mut symbols)?;
+    Ok(symbols.into_iter().map(|s| unsafe { s.assume_init() }).collect())
+}
+
 fn decode_blocks<'a, T: Element>(
     index: &Index,
     blocks: &[u64],
@@ -973,6 +1111,30 @@ mod tests {
         let (out, got) = read::<f64>(&index, &enc.data, g.levels(), None).unwrap();
         assert_eq!(got, shape);
         (data, out, index, enc)
+    }
+
+    #[test]
+    fn blocks_predicted_exactly_are_their_counts_and_line_ends_are_coded_apart() {
+        // A linear ramp: interpolation is exact inside, extrapolation at line ends is too, so
+        // every block of the levels after block 0 holds only zero residuals.
+        let shape = [32usize, 32, 32];
+        let g = Geometry::new(&shape, 6).unwrap();
+        let ramp: Vec<f64> = (0..32 * 32 * 32).map(|i| (i % 32) as f64 * 0.5 + (i / 1024) as f64).collect();
+        let enc = encode(ramp.clone(), &g, None, 1e-6).unwrap();
+        let index = Index::read(&enc.index, enc.data.len() as u64).unwrap();
+        let (first, _) = index.block_range(0).unwrap();
+        assert_eq!(first, 0);
+        for blk in 1..g.blocks() {
+            let (at, len) = index.block_range(blk).unwrap();
+            assert_eq!(enc.data[at as usize], ALL_ZERO, "block {blk}");
+            assert!(len <= 5, "block {blk}: {len} bytes");
+        }
+        let (out, _) = read::<f64>(&index, &enc.data, g.levels(), None).unwrap();
+        assert!(ramp.iter().zip(&out).all(|(a, b)| (a - b).abs() <= 1e-6));
+        // On a curved field the one-sided points get a codebook of their own per level.
+        let (data, out, index, _) = roundtrip(&[64, 64], 6, 1e-4, None);
+        assert!(index.ends.iter().any(Option::is_some));
+        assert!(data.iter().zip(&out).all(|(a, b)| (a - b).abs() <= 1e-4));
     }
 
     #[test]

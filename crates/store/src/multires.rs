@@ -28,7 +28,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 pub const KIND: &str = "multires";
-pub const VERSION: u64 = 1;
+/// Version 2 codes each level's one-sided points apart (docs/format.md 17.3); version 1
+/// snapshots are still read.
+pub const VERSION: u64 = 2;
+const OLDEST_VERSION: u64 = 1;
 /// IDX blocks of 2^15 points (128 KiB of float32 before compression): region reads touch
 /// little more than their region, and a 512^3 array has 4,096 blocks.
 pub const DEFAULT_BLOCK_BITS: u32 = 15;
@@ -252,8 +255,11 @@ impl MultiresSnapshot {
         if attrs["kind"] != KIND {
             return Err(invalid!("{here}: not a multiresolution snapshot (an AMR snapshot? amrzip.open reads it)"));
         }
-        if attrs["multires_version"].as_u64() != Some(VERSION) {
-            return Err(corrupt!("{here}: multiresolution version {} (this reader knows {VERSION})", attrs["multires_version"]));
+        if !attrs["multires_version"].as_u64().is_some_and(|v| (OLDEST_VERSION..=VERSION).contains(&v)) {
+            return Err(corrupt!(
+                "{here}: multiresolution version {} (this reader knows {OLDEST_VERSION} to {VERSION})",
+                attrs["multires_version"]
+            ));
         }
         let docs = attrs["fields"].as_array().ok_or_else(|| corrupt!("{here}: no field list"))?;
         let mut fields = Vec::new();
