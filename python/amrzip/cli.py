@@ -1148,13 +1148,14 @@ def _image_path(ctx, param, value: Path) -> Path:
 
 
 _plot_output = click.option("-o", "--output", type=_output_path, required=True, callback=_image_path, help="Image file: .png or .svg.")
+_plot_dpi = click.option("--dpi", type=click.IntRange(20, 1200), default=150, show_default=True, help="Resolution of a PNG.")
 _plot_options = [
     click.option("--field", help="Field to show [default: the first]."),
     click.option("--axis", type=click.Choice(list("xyz")), help="Axis normal to the slice (3-D) [default: z]."),
     click.option("--coord", type=float, help="Where the slice cuts that axis, in physical units [default: the middle]."),
     click.option("--snapshot", help="Snapshot of a store [default: the latest]."),
     click.option("--no-outlines", "outlines", is_flag=True, flag_value=False, default=True, help="Leave the box outlines out."),
-    click.option("--dpi", type=click.IntRange(20, 1200), default=150, show_default=True, help="Resolution of a PNG."),
+    _plot_dpi,
 ]
 
 
@@ -1220,7 +1221,7 @@ def plot_error_command(store, source, output, field, axis, coord, snapshot, outl
 @click.option("--field", help="Field to measure [default: the first].")
 @click.option("--bounds", "rels", default="1e-2,1e-3,1e-4,1e-5", show_default=True, help="Value-range relative bounds, comma separated.")
 @click.option("--no-baselines", "with_baselines", is_flag=True, flag_value=False, default=True, help="Leave out per-box SZ3 and the 1-D baseline.")
-@click.option("--dpi", type=click.IntRange(20, 1200), default=150, show_default=True, help="Resolution of a PNG.")
+@_plot_dpi
 def plot_rd_command(input_path, output, field, rels, with_baselines, dpi):
     """The rate-distortion curve (ratio against PSNR) of a field of an AMR file, compressed into
     a store at each bound, against per-box SZ3 and AMReX's 1-D baseline (with pysz installed)."""

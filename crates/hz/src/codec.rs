@@ -79,15 +79,18 @@ impl Coder {
 
     fn stored(&self) -> Vec<u8> {
         match self {
-            Coder::Huffman(b) => {
-                let mut out = Vec::new();
-                b.write(&mut out);
-                out
-            }
+            Coder::Huffman(b) => book_bytes(b),
             Coder::Context(c) => c.stored(),
             Coder::Stream => Vec::new(),
         }
     }
+}
+
+/// A Huffman codebook as the index stores it.
+fn book_bytes(book: &Codebook) -> Vec<u8> {
+    let mut out = Vec::new();
+    book.write(&mut out);
+    out
 }
 
 /// The lattice of block 0 (every point of levels up to `first_block_levels`) as a C-order array
@@ -358,11 +361,7 @@ fn context_estimate(blocks: &[&[u16]]) -> f64 {
 
 /// The bytes of a level's coding (`code_level`), its shared tables included.
 fn coded_size(coder: &Coder, ends: &Option<Codebook>, payloads: &[Vec<u8>]) -> usize {
-    let mut book = Vec::new();
-    if let Some(e) = ends {
-        e.write(&mut book);
-    }
-    coder.stored().len() + book.len() + payloads.iter().map(Vec::len).sum::<usize>()
+    coder.stored().len() + ends.as_ref().map_or(0, |e| book_bytes(e).len()) + payloads.iter().map(Vec::len).sum::<usize>()
 }
 
 /// Codes a level's blocks: the inner symbols by Huffman codes, or the context coder where it
@@ -399,9 +398,8 @@ fn code_level<T: Element + Sync>(coded: &[BlockSymbols<T>]) -> Result<(Coder, Op
             Ok(payload(0, &bits, e, b))
         })
         .collect::<Result<_>>()?;
-    let size = |coder: &Coder, payloads: &[Vec<u8>]| coder.stored().len() + payloads.iter().map(Vec::len).sum::<usize>();
     let book = Coder::Huffman(Box::new(book));
-    let huffman_size = size(&book, &huffman);
+    let huffman_size = coded_size(&book, &ends_book, &huffman);
     let symbols: Vec<&[u16]> = coded.iter().map(|b| &b.inner[..]).collect();
     if symbols.iter().map(|s| s.len()).sum::<usize>() >= CONTEXT_MIN_SYMBOLS
         && context_estimate(&symbols) < CONTEXT_GAIN * huffman_size as f64
@@ -409,7 +407,7 @@ fn code_level<T: Element + Sync>(coded: &[BlockSymbols<T>]) -> Result<(Coder, Op
         let (coder, segments) = ContextCoder::choose(&symbols, ZERO);
         let payloads: Vec<Vec<u8>> = segments.iter().zip(coded).zip(&ends).map(|((seg, b), e)| payload(2, seg, e, b)).collect();
         let coder = Coder::Context(coder);
-        if size(&coder, &payloads) < huffman_size {
+        if coded_size(&coder, &ends_book, &payloads) < huffman_size {
             return Ok((coder, ends_book, payloads));
         }
     }
@@ -539,10 +537,7 @@ impl Index {
             out.push(book.as_ref().map_or(0, Coder::kind));
             put_varint(&mut out, bytes.len() as u64);
             out.extend_from_slice(&bytes);
-            let mut bytes = Vec::new();
-            if let Some(e) = ends {
-                e.write(&mut bytes);
-            }
+            let bytes = ends.as_ref().map(book_bytes).unwrap_or_default();
             put_varint(&mut out, bytes.len() as u64);
             out.extend_from_slice(&bytes);
         }
@@ -802,7 +797,7 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
     let m = if index.split { r.bounded_varint((slots - n) as u64, "HZ block end symbols")? as usize } else { 0 };
     // A level without an end codebook codes its one-sided points with the others.
     let end_book = index.ends.get(g.block_level(blk).saturating_sub(fbl) as usize).and_then(Option::as_ref);
-    let split = index.split && end_book.is_some();
+    let split = end_book.is_some();
     let (inner, ends, exact) = if all_zero {
         (vec![ZERO; n], vec![ZERO; m], &[][..])
     } else {
@@ -874,8 +869,6 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
     Ok(())
 }
 
-/// Decodes `blocks` (coarsest first; `payload(blk)` gives each one's bytes) into `v`, the blocks
-/// of one level in parallel.
 /// `n` symbols Huffman-decoded from `bits`.
 fn huffman_symbols(book: &Codebook, bits: &[u8], n: usize) -> Result<Vec<u16>> {
     let mut symbols: Vec<MaybeUninit<u16>> = Vec::with_capacity(n);
@@ -885,6 +878,8 @@ fn huffman_symbols(book: &Codebook, bits: &[u8], n: usize) -> Result<Vec<u16>> {
     Ok(symbols.into_iter().map(|s| unsafe { s.assume_init() }).collect())
 }
 
+/// Decodes `blocks` (coarsest first; `payload(blk)` gives each one's bytes) into `v`, the blocks
+/// of one level in parallel.
 fn decode_blocks<'a, T: Element>(
     index: &Index,
     blocks: &[u64],
