@@ -71,8 +71,8 @@ pub fn compress_level<T: Element>(
 ) -> Result<LevelStreams> {
     let plan = ChunkPlan::new(boxes, tiling).map_err(invalid)?;
     let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, true, spread)?.measuring(measure);
-    // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes wait for
-    // the shared tables.
+    // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes (in ratio
+    // mode, their context model) wait for the shared tables.
     let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = (0..plan.chunks().len())
         .into_par_iter()
         .map(|k| {

@@ -386,7 +386,7 @@ impl BlockSetEncoder {
             Ok((coded + tables.to_bytes().len() as u64, tables, bytes))
         };
         let tabled = code(self.shared_tables(sets, pool)?)?;
-        let symbols = pooled_sum(pool, sets.iter().flat_map(|s| &s.blocks).map(|b| b.coded.symbols.len() as u64).sum())?;
+        let symbols = pooled_sum(pool, sets.iter().map(|s| s.symbol_count() as u64).sum())?;
         if !try_adaptive || self.preset != Preset::Ratio || symbols > ADAPTIVE_TRIAL_SYMBOLS as u64 {
             return Ok((tabled.1, tabled.2));
         }
@@ -469,7 +469,17 @@ impl BlockSetEncoder {
     /// Predicts and quantizes one set's blocks (positions strictly increasing).
     pub fn predict<T: Element>(&self, blocks: &[Block<T>]) -> Result<PredictedSet<T>> {
         let predicted: Vec<PredictedBlock<T>> = blocks.par_iter().map(|b| self.predict_block(b)).collect::<Result<_>>()?;
-        self.set(predicted)
+        let mut set = self.set(predicted)?;
+        if self.preset == Preset::Ratio {
+            // Modelled now, in the chunk's share of the parallel work, and kept as the model
+            // alone: a level's sets wait for its tables holding about 2 bytes a symbol, not 4.
+            set.modelled();
+            for b in &mut set.blocks {
+                b.coded.symbols = Vec::new();
+            }
+            set.compact = true;
+        }
+        Ok(set)
     }
 
     /// The set of `blocks` (predicted by this encoder, positions strictly increasing).
@@ -477,7 +487,7 @@ impl BlockSetEncoder {
         if blocks.windows(2).any(|w| w[1].position <= w[0].position) {
             return Err(CodecError::InvalidInput("block positions must be strictly increasing".into()));
         }
-        Ok(PredictedSet { preset: self.preset, unit: self.unit.clone(), blocks, modelled: OnceLock::new() })
+        Ok(PredictedSet { preset: self.preset, unit: self.unit.clone(), blocks, modelled: OnceLock::new(), compact: false })
     }
 
     /// Predicts and quantizes one block. A block's coding does not depend on its set, so one
@@ -593,6 +603,9 @@ pub struct PredictedSet<T> {
     /// Its symbols as the context coder models them: worked out once, for learning the array's
     /// tables and again for coding with them.
     modelled: OnceLock<rans::Encoder>,
+    /// The blocks' symbols were dropped once modelled (`BlockSetEncoder::predict` in ratio
+    /// mode): the model holds them.
+    compact: bool,
 }
 
 impl<T: Element> PredictedSet<T> {
@@ -602,14 +615,27 @@ impl<T: Element> PredictedSet<T> {
         self.blocks.iter().try_fold((0.0, 0), |(s, n), b| b.error.map(|(e, c)| (s + e, n + c)))
     }
 
-    /// Its blocks, to be grouped into other sets.
+    /// Its blocks, to be grouped into other sets (made by `BlockSetEncoder::set`: the blocks of
+    /// `predict`'s ratio-mode sets no longer hold their symbols).
     pub fn into_blocks(self) -> Vec<PredictedBlock<T>> {
+        assert!(!self.compact, "the blocks of a compacted set have no symbols");
         self.blocks
     }
 
     /// The symbols of its blocks, in block order.
     fn symbols(&self) -> Vec<u16> {
+        if self.compact {
+            return self.modelled().residuals().into_iter().map(|d| (d + ZERO as i32) as u16).collect();
+        }
         self.blocks.iter().flat_map(|b| b.coded.symbols.iter().copied()).collect()
+    }
+
+    fn symbol_count(&self) -> usize {
+        if self.compact {
+            self.modelled().len()
+        } else {
+            self.blocks.iter().map(|b| b.coded.symbols.len()).sum()
+        }
     }
 
     /// Where `symbols()` have their neighbours in space (see `block_layout`); `cells` are the
@@ -1027,6 +1053,31 @@ mod tests {
                 assert!(decode::<f64>(&bytes, &codebook, &unit, 1e-3, 50).is_err(), "positions beyond the grid are refused");
             }
         }
+    }
+
+    /// `predict` keeps a ratio-mode set as its model alone; the set codes to the bytes of the
+    /// same blocks kept whole, with either coder.
+    #[test]
+    fn modelled_sets_code_as_sets_of_whole_blocks() {
+        let unit = [8, 8, 8];
+        let mut blocks: Vec<Block<f64>> = (0..12)
+            .map(|p| block(p * 2, &unit, |i| ((i + p as usize * 5) as f64 * 0.07).cos() * 3.0 + (i % 7) as f64 * 1e-3, None))
+            .collect();
+        blocks[3].mask = Some((0..512).map(|i| i % 5 != 0).collect());
+        let config = Config::new(ErrorBound::Absolute(1e-4));
+        let enc = BlockSetEncoder::new(&blocks.iter().collect::<Vec<_>>(), &unit, &config, 1e-4, true).unwrap();
+        let compact = enc.predict(&blocks).unwrap();
+        assert!(compact.compact && compact.blocks.iter().all(|b| b.coded.symbols.is_empty()));
+        let whole = enc.set(blocks.iter().map(|b| enc.predict_block(b).unwrap()).collect()).unwrap();
+        assert_eq!(compact.symbols(), whole.symbols());
+        assert_eq!(compact.symbol_count(), whole.symbol_count());
+        for shared in [
+            enc.shared_tables(std::slice::from_ref(&whole), None).unwrap(),
+            enc.adaptive_tables(std::slice::from_ref(&whole), None).unwrap(),
+        ] {
+            assert_eq!(compact.finish(&shared, 0).unwrap(), whole.finish(&shared, 0).unwrap());
+        }
+        assert_eq!(enc.encode_sets(&[compact], 0, true, None).unwrap().1, enc.encode_sets(&[whole], 0, true, None).unwrap().1);
     }
 
     #[test]

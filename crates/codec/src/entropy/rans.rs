@@ -391,6 +391,39 @@ impl Encoder {
         self.bits.put(value, extra);
     }
 
+    /// How many residuals the stream holds.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The residuals given to `residual`, in coding order: the model holds them whole, so a
+    /// caller may drop its symbols once they are modelled.
+    pub fn residuals(&self) -> Vec<i32> {
+        let mut bytes = Vec::new();
+        self.bits.append_to(&mut bytes);
+        let mut bits = BitReader::new(&bytes);
+        let info = token_info();
+        self.tokens
+            .iter()
+            .map(|&t| {
+                let (base, extra, negative) = info[t as usize];
+                let m = if extra == 0 {
+                    base
+                } else {
+                    bits.refill().expect("the bits this encoder wrote");
+                    let low = bits.buf as u32 & ((1 << extra) - 1);
+                    bits.consume(extra);
+                    base | low
+                } as i32;
+                if negative {
+                    -m
+                } else {
+                    m
+                }
+            })
+            .collect()
+    }
+
     /// Adds the stream's tokens to `counts`.
     pub fn count(&self, counts: &mut Counts) {
         for (&c, &t) in self.contexts.iter().zip(&self.tokens) {
@@ -536,6 +569,19 @@ mod tests {
             let m = (base | value) as i32;
             assert_eq!(if negative { -m } else { m }, d);
         }
+    }
+
+    #[test]
+    fn the_model_gives_back_its_residuals() {
+        let mut next = crate::test_rng::xorshift(9);
+        let mut residuals: Vec<i32> = (0..20_000).map(|i| (next() % (1 + (i % 5000) as u64 * 13)) as i32 - (i % 5000) * 6).collect();
+        residuals.extend([65536, -65536, 0, 1, -1, 7, 8, -8, 65535]);
+        let mut enc = Encoder::default();
+        for (i, &d) in residuals.iter().enumerate() {
+            enc.residual(i % 3, d);
+        }
+        assert_eq!(enc.len(), residuals.len());
+        assert_eq!(enc.residuals(), residuals);
     }
 
     #[test]
