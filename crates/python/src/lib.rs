@@ -23,22 +23,47 @@ mod variables;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `mi_option_purge_delay`, by its position in `mi_option_t` (mimalloc.h of the mimalloc v3
-/// sources that libmimalloc-sys 0.1.49 builds; that crate names no constant for it).
+/// mimalloc options by their position in `mi_option_t` (mimalloc.h of the mimalloc v3 sources
+/// that libmimalloc-sys 0.1.49 builds; that crate names no constant for them).
+const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// mimalloc gives freed pages back to the kernel a second after the free. Between two calls on
-/// large fields a caller usually does other work for longer than that (checking errors, a
-/// simulation step), so calls kept taking fresh page faults, on huge pages that may wait for
-/// the kernel to compact memory: two-thread decoding varied by up to a third from call to
-/// call. Freed pages are kept 10 s instead, jemalloc's default decay time; a
-/// `MIMALLOC_PURGE_DELAY` set by the user wins.
-fn keep_freed_pages() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // Safety: sets one of mimalloc's documented options; any value is valid.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
+/// Sets the allocator's options as the module loads; a `MIMALLOC_...` variable set by the user
+/// wins over each.
+///
+/// - Purge delay: mimalloc gives freed pages back to the kernel a second after the free.
+///   Between two calls on large fields a caller usually does other work for longer than that
+///   (checking errors, a simulation step), so calls kept taking fresh page faults, on huge pages
+///   that may wait for the kernel to compact memory: two-thread decoding varied by up to a third
+///   from call to call. Freed pages are kept 10 s instead, jemalloc's default decay time.
+/// - Arena eager commit: on a kernel that backs memory with transparent huge pages, arenas
+///   committed whole at once took a 2 MiB page wherever a small allocation landed: a small
+///   write's or read's first call paid for zeroing them, and its peak held them
+///   (`benches/memory_bench.py`, docs/codec.md).
+fn configure_allocator() {
+    let options =
+        [("MIMALLOC_PURGE_DELAY", MI_OPTION_PURGE_DELAY, 10_000), ("MIMALLOC_ARENA_EAGER_COMMIT", MI_OPTION_ARENA_EAGER_COMMIT, 0)];
+    for (variable, option, value) in options {
+        if std::env::var_os(variable).is_none() {
+            // Safety: sets one of mimalloc's documented options; any value is valid.
+            unsafe { libmimalloc_sys::mi_option_set(option, value) };
+        }
     }
 }
+
+/// Gives the pages freed so far back to the kernel now, rather than after the purge delay. A
+/// write calls it before it compresses a (level, field) of at least `RELEASE_AFTER_BYTES`, so
+/// that its peak is what its largest (level, field) needs, not that plus what the allocator kept
+/// of the layout trials and the (level, field)s before (`benches/memory_bench.py`). Before
+/// small ones it does not: the memory kept is little and gets reused, and taking it back cost
+/// a 50 ms write of a 0.7 MB hierarchy 15% in fresh page faults.
+pub(crate) fn release_freed_pages() {
+    // Safety: mimalloc's documented collection call, valid at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) };
+}
+
+/// See `release_freed_pages`.
+pub(crate) const RELEASE_AFTER_BYTES: usize = 1 << 20;
 
 create_exception!(_core, CorruptStreamError, PyValueError, "The data is not a valid amrzip stream (damaged, truncated or not amrzip).");
 
@@ -197,7 +222,7 @@ pub(crate) fn info_dict<'py>(py: Python<'py>, i: &StreamInfo) -> PyResult<Bound<
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    keep_freed_pages();
+    configure_allocator();
     m.add_function(wrap_pyfunction!(compress, m)?)?;
     m.add_function(wrap_pyfunction!(decompress, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;

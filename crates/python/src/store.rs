@@ -371,8 +371,20 @@ pub fn write_snapshot<'py>(
     let comm = PyCollective::from_py(py, comm)?;
     let rank = comm.as_ref().map(|c| c.rank as i64);
     let source = PySource::new(&spec, boxes, convert, rank);
+    // Raw bytes per (level, field): before a large one, the write hands its freed pages back.
+    let raw: Vec<Vec<usize>> = spec
+        .levels
+        .iter()
+        .map(|l| {
+            let cells = l.boxes.iter().map(|b| b.cells().unwrap_or(usize::MAX)).fold(0usize, usize::saturating_add);
+            spec.fields.iter().map(|f| cells.saturating_mul(f.dtype.size())).collect()
+        })
+        .collect();
     let result = py.detach(|| {
         let mut report = |level: usize, field: usize| -> store::Result<()> {
+            if raw[level][field] >= crate::RELEASE_AFTER_BYTES {
+                crate::release_freed_pages();
+            }
             let Some(cb) = &progress else { return Ok(()) };
             Python::attach(|py| cb.call1(py, (level, field)).map(|_| ())).map_err(|e| source.keep(e))
         };
