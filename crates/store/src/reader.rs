@@ -393,23 +393,39 @@ impl Snapshot {
                     let slot = idx.iter().zip(shard).fold(field as u64, |p, (&i, &m)| p * m as u64 + (i as u64) % m as u64);
                     by_shard.entry(coords).or_default().push((slot, k));
                 }
-                let mut out = vec![None; indices.len()];
+                // Where each chunk lies (the shard indexes, read in one span per shard), then the
+                // chunks themselves, read and checked in parallel: on the caller's pool, these
+                // reads were a serial part of every multi-threaded read.
+                let mut reads: Vec<(usize, Arc<ShardPlace>, u64, u64)> = Vec::new();
                 for (coords, mut wanted) in by_shard {
                     let Some(place) = self.shard(archive, level, &coords, a)? else { continue };
                     wanted.sort_unstable();
                     let slots: Vec<u64> = wanted.iter().map(|&(p, _)| p).collect();
                     for ((_, k), entry) in wanted.into_iter().zip(self.shard_entries(archive, &place, &slots)?) {
-                        let Some((offset, nbytes)) = entry else { continue };
-                        let bytes = archive.read_range(&place.name, offset, nbytes)?;
+                        if let Some((offset, nbytes)) = entry {
+                            reads.push((k, place.clone(), offset, nbytes));
+                        }
+                    }
+                }
+                let read: Vec<(usize, Vec<u8>)> = reads
+                    .into_par_iter()
+                    .map(|(k, place, offset, nbytes)| {
+                        let mut bytes = archive.read_range(&place.name, offset, nbytes)?;
                         let position = indices[k].iter().zip(&a.grid).fold(field as u64, |p, (&i, &g)| p * g as u64 + i as u64);
                         let set = shard::open_chunk(&bytes, position).map_err(|e| e.within(self.describe(level, field, &indices[k])))?;
-                        out[k] = Some(set.to_vec());
-                    }
+                        let tag = bytes.len() - set.len();
+                        bytes.drain(..tag);
+                        Ok((k, bytes))
+                    })
+                    .collect::<Result<_>>()?;
+                let mut out = vec![None; indices.len()];
+                for (k, bytes) in read {
+                    out[k] = Some(bytes);
                 }
                 Ok(out)
             }
             (Container::Folder { bytes_read, .. }, Place::Files { dir }) => indices
-                .iter()
+                .par_iter()
                 .map(|idx| {
                     let file = dir.join(layout::folder_chunk_key(idx));
                     match std::fs::read(&file) {
@@ -455,8 +471,8 @@ impl Snapshot {
             return Err(invalid!("field {:?} holds {:?} values", self.meta.fields[field], a.codec.dtype));
         }
         let wanted: Vec<Vec<i64>> = missing.iter().map(|&k| indices[k].clone()).collect();
-        let stored = self.fetch(level, field, &a, &wanted)?;
         let decode = || -> Result<Vec<Option<Vec<T>>>> {
+            let stored = self.fetch(level, field, &a, &wanted)?;
             wanted
                 .par_iter()
                 .zip(stored.par_iter())
@@ -543,9 +559,9 @@ impl Snapshot {
         let lev = &self.meta.levels[level];
         let indices = self.box_chunks(level, &a);
         let at: HashMap<&[i64], usize> = indices.iter().enumerate().map(|(k, idx)| (&idx[..], k)).collect();
-        let stored = self.fetch(level, field, &a, &indices)?;
         let node = &self.meta.node;
         let work = || -> Result<Vec<Vec<T>>> {
+            let stored = self.fetch(level, field, &a, &indices)?;
             let blocks: Vec<Option<Vec<Block<T>>>> = indices
                 .par_iter()
                 .zip(stored.par_iter())
