@@ -63,7 +63,7 @@ pub(crate) fn release_freed_pages() {
 }
 
 /// See `release_freed_pages`.
-pub(crate) const RELEASE_AFTER_BYTES: usize = 1 << 20;
+pub(crate) const RELEASE_AFTER_BYTES: u64 = 1 << 20;
 
 create_exception!(_core, CorruptStreamError, PyValueError, "The data is not a valid amrzip stream (damaged, truncated or not amrzip).");
 

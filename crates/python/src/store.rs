@@ -372,14 +372,7 @@ pub fn write_snapshot<'py>(
     let rank = comm.as_ref().map(|c| c.rank as i64);
     let source = PySource::new(&spec, boxes, convert, rank);
     // Raw bytes per (level, field): before a large one, the write hands its freed pages back.
-    let raw: Vec<Vec<usize>> = spec
-        .levels
-        .iter()
-        .map(|l| {
-            let cells = l.boxes.iter().map(|b| b.cells().unwrap_or(usize::MAX)).fold(0usize, usize::saturating_add);
-            spec.fields.iter().map(|f| cells.saturating_mul(f.dtype.size())).collect()
-        })
-        .collect();
+    let raw: Vec<Vec<u64>> = spec.levels.iter().map(|l| spec.fields.iter().map(|f| l.raw_bytes(f.dtype)).collect()).collect();
     let result = py.detach(|| {
         let mut report = |level: usize, field: usize| -> store::Result<()> {
             if raw[level][field] >= crate::RELEASE_AFTER_BYTES {

@@ -73,6 +73,13 @@ pub struct LevelSpec {
     pub owners: Vec<i64>,
 }
 
+impl LevelSpec {
+    /// The raw bytes of one field of `dtype` over the level's boxes, every cell counted.
+    pub fn raw_bytes(&self, dtype: DType) -> u64 {
+        self.boxes.iter().map(|b| b.cells().unwrap_or(0) as u64 * dtype.size() as u64).sum()
+    }
+}
+
 pub struct SnapshotSpec {
     /// Per dimension, whether boxes index nodes rather than cells.
     pub node: Vec<bool>,
@@ -1122,8 +1129,7 @@ fn store_level(
     }
     for (f, (range, table_bytes, unit, eb, offset, predictor)) in rest.into_iter().enumerate() {
         let dtype = spec.fields[f].dtype;
-        let itemsize = if dtype == DType::F32 { 4 } else { 8 };
-        let original: u64 = lev.boxes.iter().map(|b| b.cells().unwrap_or(0) as u64 * itemsize).sum();
+        let original = lev.raw_bytes(dtype);
         let s = &sums[5 * f..5 * f + 5];
         let stats = FieldStats {
             stored_cells: s[0] as u64,

@@ -79,6 +79,21 @@ fn token_info() -> &'static [(u32, u32, bool); TOKENS] {
     })
 }
 
+/// The residual of a token whose `token_info` is `(base, extra, negative)`, its extra bits read
+/// from `bits`.
+#[inline(always)]
+fn detokenize((base, extra, negative): (u32, u32, bool), bits: &mut BitReader) -> Result<i32> {
+    let m = if extra == 0 {
+        base
+    } else {
+        bits.refill()?;
+        let low = bits.buf as u32 & ((1 << extra) - 1);
+        bits.consume(extra);
+        base | low
+    } as i32;
+    Ok(if negative { -m } else { m })
+}
+
 /// Token counts per context, for learning tables.
 #[derive(Clone)]
 pub struct Counts {
@@ -403,25 +418,7 @@ impl Encoder {
         self.bits.append_to(&mut bytes);
         let mut bits = BitReader::new(&bytes);
         let info = token_info();
-        self.tokens
-            .iter()
-            .map(|&t| {
-                let (base, extra, negative) = info[t as usize];
-                let m = if extra == 0 {
-                    base
-                } else {
-                    bits.refill().expect("the bits this encoder wrote");
-                    let low = bits.buf as u32 & ((1 << extra) - 1);
-                    bits.consume(extra);
-                    base | low
-                } as i32;
-                if negative {
-                    -m
-                } else {
-                    m
-                }
-            })
-            .collect()
+        self.tokens.iter().map(|&t| detokenize(info[t as usize], &mut bits).expect("the bits this encoder wrote")).collect()
     }
 
     /// Adds the stream's tokens to `counts`.
@@ -526,16 +523,7 @@ impl<'a> Decoder<'a> {
         if t == 0 {
             return Ok(0);
         }
-        let (base, extra, negative) = self.info[t];
-        let m = if extra == 0 {
-            base
-        } else {
-            self.bits.refill()?;
-            let low = self.bits.buf as u32 & ((1 << extra) - 1);
-            self.bits.consume(extra);
-            base | low
-        } as i32;
-        Ok(if negative { -m } else { m })
+        detokenize(self.info[t], &mut self.bits)
     }
 
     /// Checks that decoding used exactly the bytes the encoder wrote and ended where it began.
