@@ -52,6 +52,24 @@ def test_every_point_is_within_the_bound_at_every_resolution(tmp_path, shape, dt
         assert np.abs(part.astype(np.float64) - want).max() <= eb
 
 
+def test_the_roughest_axis_is_refined_first_and_reads_follow_the_bitmask(tmp_path):
+    # Smooth along axes 0 and 2, oscillating along axis 1: refining axis 1 first in each round
+    # predicts the fewest points along it (docs/multires.md).
+    z, y, x = np.meshgrid(*[np.arange(n) for n in (48, 40, 56)], indexing="ij")
+    a = np.sin(0.05 * (x + z)) + np.sin(1.3 * y)
+    mr.write({"v": a}, tmp_path / "s", abs=1e-4)
+    ds = amrzip.open(tmp_path / "s")
+    bitmask = ds.info("v")["bitmask"]
+    assert bitmask[1] == "1" and sorted(bitmask[1:4]) == ["0", "1", "2"]
+    full = ds.read("v")
+    assert np.abs(full - a).max() <= 1e-4
+    for res in (Fraction(1, 2), Fraction(1, 4), Fraction(1, 8)):
+        assert np.array_equal(ds.read("v", resolution=res), mr.subsample(full, res, bitmask))
+    assert mr.subsample(full, "1/8", bitmask).shape == (24, 20, 28)
+    with pytest.raises(ValueError, match="bitmask"):
+        mr.subsample(full, "1/2", "V3")
+
+
 def test_reduced_reads_read_a_prefix_and_region_reads_their_blocks(tmp_path):
     a = field((128, 128, 128), dtype=np.float32)
     mr.write({"v": a}, tmp_path / "s", rel=1e-4, block_bits=12)
@@ -250,15 +268,17 @@ def test_bad_requests_are_refused_clearly(tmp_path):
         amrzip.Dataset(ds.path)
 
 
-V1_SNAPSHOT = Path(__file__).parent / "fixtures" / "multires_v1"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def test_snapshots_of_the_first_index_version_still_read():
-    # Written by the first release of the layout (index AMRZHZ01: one code for every symbol of
-    # a level); the current writer codes one-sided points apart (docs/format.md 17.3).
+@pytest.mark.parametrize("version", [1, 2])
+def test_snapshots_of_earlier_index_versions_still_read(version):
+    # Written by earlier releases of the layout (docs/format.md 17.6): index AMRZHZ01 coded
+    # every symbol of a level with one code, AMRZHZ02 had no axis order (the default's).
     z, y, x = np.meshgrid(np.arange(20), np.arange(24), np.arange(33), indexing="ij")
     source = np.sin(0.3 * x + 0.1 * y) * np.cos(0.2 * z) * 10 + 0.01 * x * y
-    ds = amrzip.open(V1_SNAPSHOT)
+    ds = amrzip.open(FIXTURES / f"multires_v{version}")
+    assert ds.info("f")["bitmask"] == "V2" + "012" * 5
     assert np.abs(ds.read("f") - source).max() <= 1e-3
     assert np.abs(ds.read("f", resolution=Fraction(1, 8)) - source[::2, ::2, ::2]).max() <= 1e-3
     region = (slice(3, 11), slice(0, 24), slice(20, 33))
@@ -388,9 +408,10 @@ def test_any_array_reads_back_within_the_bound_at_any_resolution_and_region(tmp_
         levels = ds.info("v")["levels"]
         res = Fraction(1, 2 ** min(drop, levels))
         part = amrzip.open(store).read("v", resolution=res, region=region)
-        whole = mr.subsample(full, res)
+        bitmask = ds.info("v")["bitmask"]
+        whole = mr.subsample(full, res, bitmask)
         # The points of the resolution's lattice inside the region: their indices per axis.
-        lattice = [np.unique(mr.subsample(np.indices(a.shape)[k], res)) for k in range(a.ndim)]
+        lattice = [np.unique(mr.subsample(np.indices(a.shape)[k], res, bitmask)) for k in range(a.ndim)]
         keep = [np.flatnonzero((c >= lo) & (c < hi)) for c, (lo, hi) in zip(lattice, region)]
         assert np.array_equal(part, whole[np.ix_(*keep)], equal_nan=True), (a.shape, res, region)
 

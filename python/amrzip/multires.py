@@ -44,18 +44,25 @@ def levels_dropped(resolution, what: str = "resolution") -> int:
     return f.denominator.bit_length() - 1
 
 
-def subsample(array, resolution) -> np.ndarray:
+def subsample(array, resolution, bitmask: Optional[str] = None) -> np.ndarray:
     """The points of ``array`` (in memory) that a read at ``resolution`` returns, as a view: the
-    finest HZ levels halve the axes in turn, fastest first, each as long as it has bits of index
-    left, so 1/8 of a cube is every other point along each axis."""
+    finest HZ levels halve the axes in turn, each as long as it has bits of index left, so 1/8 of
+    a cube is every other point along each axis. Which axes a fraction between those (1/2, 1/4 of
+    a cube) halves is the field's ``bitmask`` (``info(field)["bitmask"]``; the writer chooses the
+    axis order from the data); without one, IDX's default, the fastest axis first."""
     a = np.asarray(array)
-    bits = [max(int(n) - 1, 0).bit_length() for n in a.shape]
-    order = []
-    while any(bits):
-        for k in reversed(range(a.ndim)):
-            if bits[k]:
-                bits[k] -= 1
-                order.append(k)
+    if bitmask is not None:
+        if not (bitmask.startswith("V") and set(bitmask[1:]) <= {str(k) for k in range(a.ndim)}):
+            raise ValueError(f"bitmask {bitmask!r} is not one of a {a.ndim}-axis array")
+        order = [int(c) for c in reversed(bitmask[1:])]
+    else:
+        bits = [max(int(n) - 1, 0).bit_length() for n in a.shape]
+        order = []
+        while any(bits):
+            for k in reversed(range(a.ndim)):
+                if bits[k]:
+                    bits[k] -= 1
+                    order.append(k)
     steps = [1] * a.ndim
     for k in order[: levels_dropped(resolution)]:
         steps[k] *= 2

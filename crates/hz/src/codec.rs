@@ -24,8 +24,10 @@ use amrzip_codec::{ByteReader, CodecError, Config, DType, Element, ErrorBound, R
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
-/// Version 2 codes one-sided points apart (17.3); version 1 indexes are still read.
-const MAGIC: &[u8; 8] = b"AMRZHZ02";
+/// Version 3 stores the axis order (17.2); version 2 coded one-sided points apart (17.3).
+/// Indexes of versions 1 and 2 (the default order) are still read.
+const MAGIC: &[u8; 8] = b"AMRZHZ03";
+const MAGIC_V2: &[u8; 8] = b"AMRZHZ02";
 const MAGIC_V1: &[u8; 8] = b"AMRZHZ01";
 /// Payload flag of a block whose every symbol is a zero residual, with no exact values.
 const ALL_ZERO: u8 = 4;
@@ -518,6 +520,7 @@ impl Index {
         }
         out.push(self.dtype as u8);
         out.push(g.block_bits() as u8);
+        out.extend_from_slice(&g.order());
         out.extend_from_slice(&self.eb.to_le_bytes());
         out.push(CUBIC);
         out.push(self.tuning);
@@ -554,11 +557,13 @@ impl Index {
     /// Parses and checks an index whose data holds `data_len` bytes.
     pub fn read(bytes: &[u8], data_len: u64) -> Result<Index> {
         let body = bytes.len().checked_sub(4).map(|n| &bytes[..n]).ok_or_else(|| corrupt("HZ index truncated"))?;
-        let split = match bytes.get(..8) {
-            Some(m) if m == &MAGIC[..] => true,
-            Some(m) if m == &MAGIC_V1[..] => false,
+        let version = match bytes.get(..8) {
+            Some(m) if m == &MAGIC[..] => 3,
+            Some(m) if m == &MAGIC_V2[..] => 2,
+            Some(m) if m == &MAGIC_V1[..] => 1,
             _ => return Err(corrupt("not an HZ index (bad magic)")),
         };
+        let split = version >= 2;
         if crc32(body).to_le_bytes() != bytes[body.len()..] {
             return Err(corrupt("HZ index checksum mismatch"));
         }
@@ -570,7 +575,13 @@ impl Index {
         let shape = (0..dims).map(|_| r.u64("HZ index shape").map(|n| n as usize)).collect::<Result<Vec<_>>>()?;
         let dtype = DType::from_code(r.u8("HZ index type")?).ok_or_else(|| corrupt("HZ index element type unknown"))?;
         let block_bits = r.u8("HZ index block size")? as u32;
-        let geometry = Geometry::new(&shape, block_bits).map_err(|e| corrupt(format!("HZ index: {e}")))?;
+        let order = if version >= 3 {
+            let o = r.take(AXES, "HZ index axis order")?;
+            [o[0], o[1], o[2]]
+        } else {
+            Geometry::DEFAULT_ORDER
+        };
+        let geometry = Geometry::with_order(&shape, block_bits, order).map_err(|e| corrupt(format!("HZ index: {e}")))?;
         let eb = r.f64("HZ index bound")?;
         if !(eb.is_finite() && eb >= 0.0) {
             return Err(corrupt(format!("HZ index bound {eb}")));
@@ -1098,10 +1109,18 @@ mod tests {
     }
 
     fn roundtrip(shape: &[usize], bb: u32, eb: f64, map: Option<ResolutionMap>) -> (Vec<f64>, Vec<f64>, Index, Encoded) {
-        let g = Geometry::new(shape, bb).unwrap();
+        roundtrip_in(Geometry::DEFAULT_ORDER, shape, bb, eb, map)
+    }
+
+    /// Orders besides the default, for the tests that walk every one.
+    const ORDERS: [[u8; 3]; 3] = [Geometry::DEFAULT_ORDER, [2, 1, 0], [1, 2, 0]];
+
+    fn roundtrip_in(order: [u8; 3], shape: &[usize], bb: u32, eb: f64, map: Option<ResolutionMap>) -> (Vec<f64>, Vec<f64>, Index, Encoded) {
+        let g = Geometry::with_order(shape, bb, order).unwrap();
         let data = field(shape);
         let enc = encode(data.clone(), &g, map.as_ref(), eb).unwrap();
         let index = Index::read(&enc.index, enc.data.len() as u64).unwrap();
+        assert_eq!(index.geometry, g, "the index keeps the geometry, order included");
         assert_eq!(enc.stored_blocks, index.stored_blocks());
         let (out, got) = read::<f64>(&index, &enc.data, g.levels(), None).unwrap();
         assert_eq!(got, shape);
@@ -1134,39 +1153,43 @@ mod tests {
 
     #[test]
     fn every_point_is_within_the_bound() {
-        for (shape, bb) in [(vec![33usize, 17, 20], 8u32), (vec![64, 64], 6), (vec![1000], 7), (vec![5, 3, 2], 6)] {
-            let (data, out, _, _) = roundtrip(&shape, bb, 1e-3, None);
-            let worst = data.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            assert!(worst <= 1e-3, "{shape:?}: {worst}");
+        for order in ORDERS {
+            for (shape, bb) in [(vec![33usize, 17, 20], 8u32), (vec![64, 64], 6), (vec![1000], 7), (vec![5, 3, 2], 6)] {
+                let (data, out, _, _) = roundtrip_in(order, &shape, bb, 1e-3, None);
+                let worst = data.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                assert!(worst <= 1e-3, "{shape:?} {order:?}: {worst}");
+            }
         }
     }
 
     #[test]
     fn reduced_and_region_reads_match_the_full_read() {
         let shape = [40usize, 36, 50];
-        let (_, full, index, enc) = roundtrip(&shape, 9, 1e-4, None);
-        let g = &index.geometry;
-        for drop in [0u32, 3, 6, 12] {
-            let level = g.levels() - drop;
-            let s = g.spacing(level);
-            for region in [None, Some(([3, 10, 7], [21, 30, 49]))] {
-                let blocks = index.blocks_for(level, level, region).unwrap();
-                let (out, got) = read::<f64>(&index, &enc.data, level, region).unwrap();
-                let (lo, hi) = region.unwrap_or(([0; 3], shape));
-                let first: [usize; 3] = std::array::from_fn(|k| lo[k].div_ceil(s[k]));
-                let count: [usize; 3] = std::array::from_fn(|k| hi[k].div_ceil(s[k]) - first[k]);
-                assert_eq!(got, count);
-                for i0 in 0..count[0] {
-                    for i1 in 0..count[1] {
-                        for i2 in 0..count[2] {
-                            let x = [(first[0] + i0) * s[0], (first[1] + i1) * s[1], (first[2] + i2) * s[2]];
-                            let f = full[(x[0] * shape[1] + x[1]) * shape[2] + x[2]];
-                            assert_eq!(out[(i0 * count[1] + i1) * count[2] + i2], f, "level {level} region {region:?}");
+        for order in ORDERS {
+            let (_, full, index, enc) = roundtrip_in(order, &shape, 9, 1e-4, None);
+            let g = &index.geometry;
+            for drop in [0u32, 3, 6, 12] {
+                let level = g.levels() - drop;
+                let s = g.spacing(level);
+                for region in [None, Some(([3, 10, 7], [21, 30, 49]))] {
+                    let blocks = index.blocks_for(level, level, region).unwrap();
+                    let (out, got) = read::<f64>(&index, &enc.data, level, region).unwrap();
+                    let (lo, hi) = region.unwrap_or(([0; 3], shape));
+                    let first: [usize; 3] = std::array::from_fn(|k| lo[k].div_ceil(s[k]));
+                    let count: [usize; 3] = std::array::from_fn(|k| hi[k].div_ceil(s[k]) - first[k]);
+                    assert_eq!(got, count);
+                    for i0 in 0..count[0] {
+                        for i1 in 0..count[1] {
+                            for i2 in 0..count[2] {
+                                let x = [(first[0] + i0) * s[0], (first[1] + i1) * s[1], (first[2] + i2) * s[2]];
+                                let f = full[(x[0] * shape[1] + x[1]) * shape[2] + x[2]];
+                                assert_eq!(out[(i0 * count[1] + i1) * count[2] + i2], f, "level {level} region {region:?}");
+                            }
                         }
                     }
-                }
-                if region.is_some() || drop > 0 {
-                    assert!(blocks.len() < index.stored_blocks(), "{} of {}", blocks.len(), index.stored_blocks());
+                    if region.is_some() || drop > 0 {
+                        assert!(blocks.len() < index.stored_blocks(), "{} of {}", blocks.len(), index.stored_blocks());
+                    }
                 }
             }
         }

@@ -7,9 +7,11 @@
 //! `axes[j - 1]`: after it the lattice spacing along axis `k` is `2^(b_k - c_k(j))`, where
 //! `c_k(j)` counts the levels up to `j` that refine `k`. The points of level `j` are the points
 //! of its lattice not on the lattice before it: along the refined axis they sit at odd
-//! multiples of the new spacing. Axes are refined finest-first in the order 2, 1, 0 (axes with
-//! bits left), so the last `d` levels of a `d`-dimensional cube halve every axis once: dropping
-//! them reads every other point along each axis, 1/2^d of the points.
+//! multiples of the new spacing. Levels come in rounds that refine each axis with bits left once,
+//! in the geometry's axis *order* (by default 0, 1, 2; rounds are built finest first), so the
+//! last `d` levels of a `d`-dimensional cube halve every axis once: dropping them reads every
+//! other point along each axis, 1/2^d of the points. The order changes which points a level
+//! holds, not the lattices the rounds end on, and costs bits: see [`choose_order`](crate::order::choose_order).
 
 /// Axes of the internal 3-D view.
 pub const AXES: usize = 3;
@@ -30,6 +32,8 @@ pub struct Geometry {
     /// `first[k][c]`: the first level after which axis `k` has been refined `c` times.
     first: [Vec<u32>; AXES],
     block_bits: u32,
+    /// The axes in the order each round refines them.
+    order: [u8; AXES],
 }
 
 /// The points of a level a block holds: lattice indices `lo..hi` per axis (a point of level `j`
@@ -64,9 +68,20 @@ fn ceil_log2(n: usize) -> u32 {
 }
 
 impl Geometry {
+    /// The axis order of IDX's default bitmask: the slowest axis first in every round.
+    pub const DEFAULT_ORDER: [u8; AXES] = [0, 1, 2];
+
     /// The geometry of a C-order array of `shape` (1 to 3 axes, each at least 1) in blocks of
-    /// `2^block_bits` HZ slots.
+    /// `2^block_bits` HZ slots, in the default axis order.
     pub fn new(shape: &[usize], block_bits: u32) -> Result<Geometry, String> {
+        Geometry::with_order(shape, block_bits, Geometry::DEFAULT_ORDER)
+    }
+
+    /// As [`new`](Self::new), each round refining the axes (of the internal 3-D view) in `order`.
+    pub fn with_order(shape: &[usize], block_bits: u32, order: [u8; AXES]) -> Result<Geometry, String> {
+        if (0..AXES as u8).any(|k| !order.contains(&k)) {
+            return Err(format!("axis order {order:?} is not a permutation of the axes 0..{AXES}"));
+        }
         if shape.is_empty() || shape.len() > AXES {
             return Err(format!("HZ layouts take arrays of 1 to {AXES} dimensions, not {}", shape.len()));
         }
@@ -86,7 +101,7 @@ impl Geometry {
         let mut left = bits;
         let mut fine_first = Vec::new();
         while left.iter().any(|&b| b > 0) {
-            for k in (0..AXES).rev() {
+            for k in order.iter().rev().map(|&k| k as usize) {
                 if left[k] > 0 {
                     left[k] -= 1;
                     fine_first.push(k as u8);
@@ -109,7 +124,16 @@ impl Geometry {
             }
             f
         });
-        Ok(Geometry { dims, shape: padded, bits, axes, counts, first, block_bits })
+        Ok(Geometry { dims, shape: padded, bits, axes, counts, first, block_bits, order })
+    }
+
+    /// The same array in blocks of the same size, refined in `order`.
+    pub fn reordered(&self, order: [u8; AXES]) -> Result<Geometry, String> {
+        Geometry::with_order(self.shape(), self.block_bits, order)
+    }
+
+    pub fn order(&self) -> [u8; AXES] {
+        self.order
     }
 
     /// The user's number of dimensions.
@@ -298,8 +322,15 @@ mod tests {
 
     #[test]
     fn hz_indices_are_a_permutation_whose_prefixes_are_lattices() {
-        for shape in [vec![8usize, 8, 8], vec![4, 16], vec![32], vec![5, 7, 3], vec![1, 9, 2]] {
-            let g = Geometry::new(&shape, 6).unwrap();
+        for (shape, order) in [
+            (vec![8usize, 8, 8], Geometry::DEFAULT_ORDER),
+            (vec![8, 8, 8], [2, 0, 1]),
+            (vec![4, 16], [0, 2, 1]),
+            (vec![32], [1, 2, 0]),
+            (vec![5, 7, 3], [1, 0, 2]),
+            (vec![1, 9, 2], [2, 1, 0]),
+        ] {
+            let g = Geometry::with_order(&shape, 6, order).unwrap();
             let mut seen = std::collections::HashSet::new();
             for x in points(&g) {
                 let h = g.hz_index(x);
@@ -319,8 +350,14 @@ mod tests {
 
     #[test]
     fn blocks_partition_every_level() {
-        for (shape, bb) in [(vec![16usize, 16, 16], 6u32), (vec![12, 20], 6), (vec![100], 6), (vec![9, 17, 33], 7)] {
-            let g = Geometry::new(&shape, bb).unwrap();
+        for (shape, bb, order) in [
+            (vec![16usize, 16, 16], 6u32, Geometry::DEFAULT_ORDER),
+            (vec![16, 16, 16], 6, [2, 1, 0]),
+            (vec![12, 20], 6, [0, 2, 1]),
+            (vec![100], 6, Geometry::DEFAULT_ORDER),
+            (vec![9, 17, 33], 7, [1, 2, 0]),
+        ] {
+            let g = Geometry::with_order(&shape, bb, order).unwrap();
             let mut held = std::collections::HashMap::new();
             for blk in 0..g.blocks() {
                 for b in g.block(blk) {
@@ -353,6 +390,11 @@ mod tests {
         let g = Geometry::new(&[10, 300], 10).unwrap();
         assert_eq!(g.levels(), 4 + 9);
         assert_eq!(g.reduced_shape(g.levels() - 2), [1, 5, 150]);
+        // Another order changes which axis each level of a round refines, not where rounds end.
+        let g = Geometry::with_order(&[64, 64, 64], 10, [2, 0, 1]).unwrap();
+        assert_eq!(g.bitmask(), "V201201201201201201");
+        assert_eq!(g.reduced_shape(g.levels() - 3), [32, 32, 32]);
+        assert_eq!(g.reduced_shape(g.levels() - 1), [64, 32, 64]);
     }
 
     #[test]
@@ -362,5 +404,7 @@ mod tests {
         assert!(Geometry::new(&[0, 4], 10).is_err());
         assert!(Geometry::new(&[4, 4], 2).is_err());
         assert!(Geometry::new(&[1 << 20, 1 << 20, 1 << 20], 10).is_err());
+        assert!(Geometry::with_order(&[4, 4], 6, [0, 1, 1]).is_err());
+        assert!(Geometry::with_order(&[4, 4], 6, [0, 1, 3]).is_err());
     }
 }

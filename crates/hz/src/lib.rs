@@ -7,6 +7,7 @@
 //! level's lattice, and a block no stored point falls in is skipped.
 //!
 //! - [`geometry`]: the bitmask, levels, lattices, blocks and HZ indices.
+//! - [`order`]: the axis order of the bitmask, chosen from the data.
 //! - [`resolution`]: adaptive resolution (the finest level kept per tile of the array), region
 //!   and AMR rules, and the storage efficiency `E = P / (P + S)` of IDX blocks.
 //! - [`codec`]: compressed HZ levels. Each level is predicted from the coarser ones and quantized
@@ -14,8 +15,10 @@
 
 pub mod codec;
 pub mod geometry;
+pub mod order;
 pub mod resolution;
 
 pub use codec::{encode, Encoded, Index, Reader};
 pub use geometry::{Geometry, LevelBlock};
+pub use order::choose_order;
 pub use resolution::ResolutionMap;

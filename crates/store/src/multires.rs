@@ -21,7 +21,7 @@ use crate::writer::{on_pool, BoxSource, SnapshotSpec, Values};
 use amrzip_amr::Layout;
 use amrzip_codec::{finite_range, DType, Element};
 use amrzip_hz::geometry::AXES;
-use amrzip_hz::{encode, Geometry, Index, Reader, ResolutionMap};
+use amrzip_hz::{choose_order, encode, Geometry, Index, Reader, ResolutionMap};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 pub const KIND: &str = "multires";
 /// Version 2 codes each level's one-sided points apart (docs/format.md 17.3); version 1
 /// snapshots are still read.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 const OLDEST_VERSION: u64 = 1;
 /// IDX blocks of 2^15 points (128 KiB of float32 before compression): region reads touch
 /// little more than their region, and a 512^3 array has 4,096 blocks.
@@ -104,14 +104,19 @@ fn encode_field<T: Element>(
     g: &Geometry,
     map: Option<&ResolutionMap>,
     bound: Bound,
-) -> Result<(amrzip_hz::Encoded, f64, (f64, f64))> {
+) -> Result<(amrzip_hz::Encoded, f64, (f64, f64), Geometry)> {
     let range = kept_range(&values, g, map);
     let eb = match bound {
         Bound::Abs(e) => e,
         Bound::Rel(r) if range.1 >= range.0 => r * (range.1 - range.0),
         Bound::Rel(_) => 0.0,
     };
-    Ok((encode(values, g, map, eb)?, eb, range))
+    // A resolution map's levels (AMR levels, the user's rules) were set in the default order.
+    let g = match map {
+        None => g.reordered(choose_order(&values, g, eb)).map_err(|e| invalid!("{e}"))?,
+        Some(_) => g.clone(),
+    };
+    Ok((encode(values, &g, map, eb)?, eb, range, g))
 }
 
 /// Writes snapshot `name` of the store at `store` (created if absent): `count` fields, field `i`
@@ -161,7 +166,7 @@ pub fn write(
                 return Err(invalid!("field {:?}: its resolution map does not cover shape {:?}", f.name, f.shape));
             }
         }
-        let (encoded, eb, range) = on_pool(threads, || match f.values {
+        let (encoded, eb, range, g) = on_pool(threads, || match f.values {
             Owned::F32(v) => encode_field(v, &g, f.map.as_ref(), f.bound),
             Owned::F64(v) => encode_field(v, &g, f.map.as_ref(), f.bound),
         })?;
