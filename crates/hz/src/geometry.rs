@@ -34,7 +34,13 @@ pub struct Geometry {
     block_bits: u32,
     /// The axes in the order each round refines them.
     order: [u8; AXES],
+    /// Per axis: coordinates below `interior` hold the array's indices as they are, and
+    /// coordinate `anchor` (`NO_ANCHOR`: none) holds its last index (see [`Geometry::anchored`]).
+    interior: [usize; AXES],
+    anchor: [usize; AXES],
 }
+
+const NO_ANCHOR: usize = usize::MAX;
 
 /// The points of a level a block holds: lattice indices `lo..hi` per axis (a point of level `j`
 /// at lattice index `i` sits at `start + step * i`, see [`Geometry::lattice`]).
@@ -79,6 +85,22 @@ impl Geometry {
 
     /// As [`new`](Self::new), each round refining the axes (of the internal 3-D view) in `order`.
     pub fn with_order(shape: &[usize], block_bits: u32, order: [u8; AXES]) -> Result<Geometry, String> {
+        Geometry::with_layout(shape, block_bits, order, false)
+    }
+
+    /// As [`with_order`](Self::with_order), with each axis's last index anchored: along an axis
+    /// of `n >= 2` points, index `n - 1` sits at coordinate `2^b`, `b = ceil(log2(n - 1))`, on
+    /// the axis's coarsest lattice, and indices below it at their own coordinates; coordinates
+    /// `n - 1 .. 2^b` hold no point. IDX pads an axis past its last index, so the last point of
+    /// every line at every level has no neighbour on its far side and is extrapolated; anchored,
+    /// it is interpolated towards the last index, as the codec's interpolation does (17.4).
+    /// The padded extent doubles where `n - 1` is not a power of two; the blocks past the array
+    /// hold nothing and are not stored.
+    pub fn anchored(shape: &[usize], block_bits: u32, order: [u8; AXES]) -> Result<Geometry, String> {
+        Geometry::with_layout(shape, block_bits, order, true)
+    }
+
+    fn with_layout(shape: &[usize], block_bits: u32, order: [u8; AXES], anchored: bool) -> Result<Geometry, String> {
         if (0..AXES as u8).any(|k| !order.contains(&k)) {
             return Err(format!("axis order {order:?} is not a permutation of the axes 0..{AXES}"));
         }
@@ -94,7 +116,10 @@ impl Geometry {
         let dims = shape.len();
         let mut padded = [1usize; AXES];
         padded[AXES - dims..].copy_from_slice(shape);
-        let bits = padded.map(ceil_log2);
+        let anchor = padded.map(|n| if anchored && n >= 2 { 1usize << ceil_log2(n - 1) } else { NO_ANCHOR });
+        let interior: [usize; AXES] = std::array::from_fn(|k| if anchor[k] == NO_ANCHOR { padded[k] } else { padded[k] - 1 });
+        let bits: [u32; AXES] =
+            std::array::from_fn(|k| if anchor[k] == NO_ANCHOR { ceil_log2(padded[k]) } else { ceil_log2(anchor[k] + 1) });
         if bits.iter().sum::<u32>() > MAX_BITS {
             return Err(format!("array shape {shape:?} needs more than 2^{MAX_BITS} HZ slots"));
         }
@@ -124,16 +149,69 @@ impl Geometry {
             }
             f
         });
-        Ok(Geometry { dims, shape: padded, bits, axes, counts, first, block_bits, order })
-    }
-
-    /// The same array in blocks of the same size, refined in `order`.
-    pub fn reordered(&self, order: [u8; AXES]) -> Result<Geometry, String> {
-        Geometry::with_order(self.shape(), self.block_bits, order)
+        Ok(Geometry { dims, shape: padded, bits, axes, counts, first, block_bits, order, interior, anchor })
     }
 
     pub fn order(&self) -> [u8; AXES] {
         self.order
+    }
+
+    /// Whether the last indices are anchored (see [`anchored`](Self::anchored)).
+    pub fn is_anchored(&self) -> bool {
+        self.anchor.iter().any(|&a| a != NO_ANCHOR)
+    }
+
+    /// Coordinates along axis `k` below this hold the indices as they are.
+    #[inline(always)]
+    pub fn interior(&self, k: usize) -> usize {
+        self.interior[k]
+    }
+
+    /// The coordinate of axis `k`'s last index, where anchored.
+    #[inline(always)]
+    pub fn anchor(&self, k: usize) -> Option<usize> {
+        (self.anchor[k] != NO_ANCHOR).then_some(self.anchor[k])
+    }
+
+    /// Whether coordinate `c` of axis `k` holds a point.
+    #[inline(always)]
+    pub fn valid(&self, k: usize, c: usize) -> bool {
+        c < self.interior[k] || c == self.anchor[k]
+    }
+
+    /// Coordinates per axis up to the last that holds a point (the array's shape unanchored).
+    pub fn extent(&self) -> [usize; AXES] {
+        std::array::from_fn(|k| if self.anchor[k] == NO_ANCHOR { self.shape[k] } else { self.anchor[k] + 1 })
+    }
+
+    /// The array index of coordinate `c` of axis `k` (a valid one).
+    #[inline(always)]
+    pub fn index(&self, k: usize, c: usize) -> usize {
+        c.min(self.interior[k])
+    }
+
+    /// The coordinate of array index `i` of axis `k`.
+    pub fn coordinate(&self, k: usize, i: usize) -> usize {
+        if i == self.interior[k] && self.anchor[k] != NO_ANCHOR {
+            self.anchor[k]
+        } else {
+            i
+        }
+    }
+
+    /// The coordinates holding points along axis `k` that are multiples of `s` in `lo..hi`
+    /// (`lo` a multiple of `s`), increasing: where a buffer of a lattice of spacing `s` keeps
+    /// its slots, back to back.
+    pub fn coordinates(&self, k: usize, s: usize, lo: usize, hi: usize) -> impl Iterator<Item = usize> + Clone {
+        let anchor = self.anchor[k];
+        let far = (anchor != NO_ANCHOR && anchor.is_multiple_of(s) && lo <= anchor && anchor < hi && anchor >= self.interior[k])
+            .then_some(anchor);
+        (lo..hi.min(self.interior[k])).step_by(s).chain(far)
+    }
+
+    /// Slots along axis `k` of a buffer of the lattice of spacing `s` over `lo..hi`.
+    pub fn slots(&self, k: usize, s: usize, lo: usize, hi: usize) -> usize {
+        hi.min(self.interior[k]).saturating_sub(lo).div_ceil(s) + self.coordinates(k, s, self.interior[k].max(lo), hi).count()
     }
 
     /// The user's number of dimensions.
@@ -183,17 +261,24 @@ impl Geometry {
         std::array::from_fn(|k| self.shape[k].div_ceil(s[k]))
     }
 
+    /// The shape of a buffer of every point of levels `0..=j`: the reduced shape, plus a slot
+    /// for an anchored last index not on that lattice of the array's indices.
+    pub fn buffer_shape(&self, j: u32) -> [usize; AXES] {
+        let (s, e) = (self.spacing(j), self.extent());
+        std::array::from_fn(|k| self.slots(k, s[k], 0, e[k]))
+    }
+
     /// Where level `j`'s points sit.
     pub fn lattice(&self, j: u32) -> Lattice {
         if j == 0 {
             return Lattice { start: [0; AXES], step: [1; AXES], count: [1; AXES] };
         }
-        let s = self.spacing(j);
+        let (s, e) = (self.spacing(j), self.extent());
         let a = self.axis(j);
-        let mut lattice = Lattice { start: [0; AXES], step: s, count: std::array::from_fn(|k| self.shape[k].div_ceil(s[k])) };
+        let mut lattice = Lattice { start: [0; AXES], step: s, count: std::array::from_fn(|k| e[k].div_ceil(s[k])) };
         lattice.start[a] = s[a];
         lattice.step[a] = 2 * s[a];
-        lattice.count[a] = if self.shape[a] > s[a] { (self.shape[a] - s[a]).div_ceil(2 * s[a]) } else { 0 };
+        lattice.count[a] = if e[a] > s[a] { (e[a] - s[a]).div_ceil(2 * s[a]) } else { 0 };
         lattice
     }
 
@@ -226,9 +311,12 @@ impl Geometry {
         (1u64 << (j - 1)) | z
     }
 
-    /// Levels that go into block 0 (IDX's first block holds HZ slots `0..2^block_bits`).
+    /// Levels that go into block 0. IDX's first block holds HZ slots `0..2^block_bits`; an
+    /// axis whose anchoring doubled its padded extent adds a level, so that block 0 holds about
+    /// as many points as unanchored (the slots past the array hold none) and the same lattice.
     pub fn first_block_levels(&self) -> u32 {
-        self.block_bits.min(self.levels())
+        let doubled = (0..AXES).filter(|&k| self.bits[k] > ceil_log2(self.shape[k])).count() as u32;
+        (self.block_bits + doubled).min(self.levels())
     }
 
     /// Number of blocks of the padded HZ space (stored or skipped).
@@ -255,11 +343,20 @@ impl Geometry {
         }
     }
 
+    /// Whether block `g` exists: the numbers of levels that block 0 holds past `block_bits`
+    /// (see [`first_block_levels`](Self::first_block_levels)) name no block.
+    pub fn is_block(&self, g: u64) -> bool {
+        g == 0 || (g < self.blocks() && self.block_level(g) > self.first_block_levels())
+    }
+
     /// The points of block `g`, one [`LevelBlock`] per level it holds (empty ones included for
-    /// block 0, whose levels are whole).
+    /// block 0, whose levels are whole; none for a number that names no block).
     pub fn block(&self, g: u64) -> Vec<LevelBlock> {
         if g == 0 {
             return (0..=self.first_block_levels()).map(|j| LevelBlock { level: j, lo: [0; AXES], hi: self.lattice(j).count }).collect();
+        }
+        if !self.is_block(g) {
+            return Vec::new();
         }
         let j = self.block_level(g);
         let i = g - self.level_blocks(j).start;
@@ -280,20 +377,21 @@ impl Geometry {
         vec![b]
     }
 
-    /// Calls `f` with the position of every slot of `b` inside the array, in C order of its
-    /// lattice.
+    /// Calls `f` with the coordinates of every point of `b` (the slots that hold one), in C
+    /// order of its lattice.
     pub fn for_each_point(&self, b: &LevelBlock, mut f: impl FnMut([usize; AXES])) {
         let l = self.lattice(b.level);
-        for i0 in b.lo[0]..b.hi[0] {
-            for i1 in b.lo[1]..b.hi[1] {
-                for i2 in b.lo[2]..b.hi[2] {
-                    f([l.start[0] + l.step[0] * i0, l.start[1] + l.step[1] * i1, l.start[2] + l.step[2] * i2]);
+        let at = |k: usize, i: usize| l.start[k] + l.step[k] * i;
+        for i0 in (b.lo[0]..b.hi[0]).filter(|&i| self.valid(0, at(0, i))) {
+            for i1 in (b.lo[1]..b.hi[1]).filter(|&i| self.valid(1, at(1, i))) {
+                for i2 in (b.lo[2]..b.hi[2]).filter(|&i| self.valid(2, at(2, i))) {
+                    f([at(0, i0), at(1, i1), at(2, i2)]);
                 }
             }
         }
     }
 
-    /// The box of the array (half-open, per axis) a level block's points span.
+    /// The box of coordinates (half-open, per axis) a level block's slots span.
     pub fn block_extent(&self, b: &LevelBlock) -> ([usize; AXES], [usize; AXES]) {
         let l = self.lattice(b.level);
         (
@@ -307,17 +405,38 @@ impl Geometry {
 mod tests {
     use super::*;
 
+    /// The coordinates of every index of the array.
     fn points(g: &Geometry) -> Vec<[usize; AXES]> {
         let s = g.shape3();
         let mut out = Vec::new();
         for x0 in 0..s[0] {
             for x1 in 0..s[1] {
                 for x2 in 0..s[2] {
-                    out.push([x0, x1, x2]);
+                    out.push([g.coordinate(0, x0), g.coordinate(1, x1), g.coordinate(2, x2)]);
                 }
             }
         }
         out
+    }
+
+    fn layouts(shape: &[usize], bb: u32, order: [u8; AXES]) -> [Geometry; 2] {
+        [Geometry::with_order(shape, bb, order).unwrap(), Geometry::anchored(shape, bb, order).unwrap()]
+    }
+
+    #[test]
+    fn anchoring_puts_the_last_index_on_the_coarsest_lattice() {
+        let g = Geometry::anchored(&[256, 9, 2], 6, Geometry::DEFAULT_ORDER).unwrap();
+        assert_eq!(g.extent(), [257, 9, 2]);
+        assert_eq!((g.coordinate(0, 255), g.coordinate(0, 254), g.coordinate(1, 8), g.coordinate(2, 1)), (256, 254, 8, 1));
+        assert!(!g.valid(0, 255) && g.valid(0, 256) && g.valid(1, 8));
+        assert_eq!(g.level_of([256, 0, 0]), 1);
+        // Buffers keep a slot for the last index where the lattice of indices does not.
+        let s = g.spacing(g.levels() - 3);
+        assert_eq!(s, [2, 2, 2]);
+        assert_eq!(g.buffer_shape(g.levels() - 3), [129, 5, 1]);
+        assert_eq!(g.reduced_shape(g.levels() - 3), [128, 5, 1]);
+        assert_eq!(g.coordinates(0, 2, 250, 257).collect::<Vec<_>>(), [250, 252, 254, 256]);
+        assert_eq!(g.slots(0, 4, 248, 257), 3);
     }
 
     #[test]
@@ -330,19 +449,20 @@ mod tests {
             (vec![5, 7, 3], [1, 0, 2]),
             (vec![1, 9, 2], [2, 1, 0]),
         ] {
-            let g = Geometry::with_order(&shape, 6, order).unwrap();
-            let mut seen = std::collections::HashSet::new();
-            for x in points(&g) {
-                let h = g.hz_index(x);
-                assert!(h < 1u64 << g.levels(), "{shape:?} {x:?} {h}");
-                assert!(seen.insert(h), "{shape:?}: {x:?} repeats HZ index {h}");
-                // The prefix up to level j is the lattice of spacing(j).
-                let j = g.level_of(x);
-                let s = g.spacing(j);
-                assert!((0..AXES).all(|k| x[k] % s[k] == 0));
-                if j > 0 {
-                    let s = g.spacing(j - 1);
-                    assert!((0..AXES).any(|k| x[k] % s[k] != 0));
+            for g in layouts(&shape, 6, order) {
+                let mut seen = std::collections::HashSet::new();
+                for x in points(&g) {
+                    let h = g.hz_index(x);
+                    assert!(h < 1u64 << g.levels(), "{shape:?} {x:?} {h}");
+                    assert!(seen.insert(h), "{shape:?}: {x:?} repeats HZ index {h}");
+                    // The prefix up to level j is the lattice of spacing(j).
+                    let j = g.level_of(x);
+                    let s = g.spacing(j);
+                    assert!((0..AXES).all(|k| x[k] % s[k] == 0));
+                    if j > 0 {
+                        let s = g.spacing(j - 1);
+                        assert!((0..AXES).any(|k| x[k] % s[k] != 0));
+                    }
                 }
             }
         }
@@ -357,27 +477,24 @@ mod tests {
             (vec![100], 6, Geometry::DEFAULT_ORDER),
             (vec![9, 17, 33], 7, [1, 2, 0]),
         ] {
-            let g = Geometry::with_order(&shape, bb, order).unwrap();
-            let mut held = std::collections::HashMap::new();
-            for blk in 0..g.blocks() {
-                for b in g.block(blk) {
-                    let l = g.lattice(b.level);
-                    for i0 in b.lo[0]..b.hi[0] {
-                        for i1 in b.lo[1]..b.hi[1] {
-                            for i2 in b.lo[2]..b.hi[2] {
-                                let i = [i0, i1, i2];
-                                let x: [usize; AXES] = std::array::from_fn(|k| l.start[k] + l.step[k] * i[k]);
-                                assert!((0..AXES).all(|k| x[k] < g.shape3()[k]));
-                                assert_eq!(g.level_of(x), b.level);
-                                // A block holds a run of HZ indices 2^bb long (block 0: the first).
-                                assert_eq!(g.hz_index(x) >> bb, blk, "{shape:?} {x:?}");
-                                assert!(held.insert(x, blk).is_none());
-                            }
-                        }
+            for g in layouts(&shape, bb, order) {
+                let mut held = std::collections::HashMap::new();
+                for blk in 0..g.blocks() {
+                    for b in g.block(blk) {
+                        g.for_each_point(&b, |x| {
+                            assert!((0..AXES).all(|k| g.valid(k, x[k])));
+                            assert_eq!(g.level_of(x), b.level);
+                            // A block holds a run of HZ indices 2^bb long; block 0 the first
+                            // 2^fbl (2^bb unanchored).
+                            let h = g.hz_index(x);
+                            assert_eq!(if h >> g.first_block_levels() == 0 { 0 } else { h >> bb }, blk, "{shape:?} {x:?}");
+                            assert!(held.insert(x, blk).is_none());
+                        });
                     }
                 }
+                assert_eq!(held.len(), shape.iter().product::<usize>());
+                assert!(points(&g).iter().all(|x| held.contains_key(x)));
             }
-            assert_eq!(held.len(), shape.iter().product::<usize>());
         }
     }
 

@@ -111,9 +111,10 @@ fn encode_field<T: Element>(
         Bound::Rel(r) if range.1 >= range.0 => r * (range.1 - range.0),
         Bound::Rel(_) => 0.0,
     };
-    // A resolution map's levels (AMR levels, the user's rules) were set in the default order.
+    // A field stored whole takes its own axis order and anchors its last indices (docs/format.md
+    // 17.1); a resolution map's tiles and levels (AMR levels, the user's rules) are IDX's.
     let g = match map {
-        None => g.reordered(choose_order(&values, g, eb)).map_err(|e| invalid!("{e}"))?,
+        None => Geometry::anchored(g.shape(), g.block_bits(), choose_order(&values, g, eb)).map_err(|e| invalid!("{e}"))?,
         Some(_) => g.clone(),
     };
     Ok((encode(values, &g, map, eb)?, eb, range, g))

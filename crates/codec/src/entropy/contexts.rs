@@ -48,6 +48,24 @@ impl ContextCoder {
         if n <= ADAPTIVE_ONLY_SYMBOLS {
             return (ContextCoder::Adaptive, adaptive());
         }
+        let (tabled, coded) = ContextCoder::tabled(segments, zero);
+        if n > ADAPTIVE_TRIAL_SYMBOLS {
+            return (tabled, coded);
+        }
+        let adaptive = adaptive();
+        let size = |coder: &ContextCoder, coded: &[Vec<u8>]| coder.stored().len() + coded.iter().map(Vec::len).sum::<usize>();
+        if size(&ContextCoder::Adaptive, &adaptive) <= size(&tabled, &coded) {
+            (ContextCoder::Adaptive, adaptive)
+        } else {
+            (tabled, coded)
+        }
+    }
+
+    /// The tabled coder for `segments`, learnt from all of them, and the coded segments: for
+    /// callers that decode few symbols at a time and cannot afford the adaptive coder's decisions
+    /// one by one (a multiresolution read's coarse levels).
+    pub fn tabled(segments: &[&[u16]], zero: u16) -> (ContextCoder, Vec<Vec<u8>>) {
+        use rayon::prelude::*;
         let models: Vec<rans::Encoder> = segments.par_iter().map(|s| residuals::model(s, zero, &Layout::plain(s.len()))).collect();
         let mut counts = rans::Counts::new(residuals::CONTEXTS);
         for m in &models {
@@ -62,17 +80,7 @@ impl ContextCoder {
                 out
             })
             .collect();
-        let tabled = ContextCoder::Tabled(tables);
-        if n > ADAPTIVE_TRIAL_SYMBOLS {
-            return (tabled, coded);
-        }
-        let adaptive = adaptive();
-        let size = |coder: &ContextCoder, coded: &[Vec<u8>]| coder.stored().len() + coded.iter().map(Vec::len).sum::<usize>();
-        if size(&ContextCoder::Adaptive, &adaptive) <= size(&tabled, &coded) {
-            (ContextCoder::Adaptive, adaptive)
-        } else {
-            (tabled, coded)
-        }
+        (ContextCoder::Tabled(tables), coded)
     }
 
     /// The bytes the tabled coder would take for a stream that `sample` stands for: blocks of its
