@@ -638,15 +638,19 @@ impl Index {
             put_varint(&mut out, bytes.len() as u64);
             out.extend_from_slice(&bytes);
         }
-        // Which blocks are stored, as a bitmap through zstd, then their lengths and checksums.
-        // Offsets are not stored: blocks lie back to back in block order.
-        let mut bitmap = vec![0u8; (g.blocks() as usize).div_ceil(8)];
-        for e in &self.table {
-            bitmap[e.blk as usize / 8] |= 1 << (e.blk % 8);
+        // How many blocks are stored and, unless all are, which (a bitmap through zstd: a small
+        // array's index is tens of bytes), then their lengths and checksums. Offsets are not
+        // stored: blocks lie back to back in block order.
+        put_varint(&mut out, self.table.len() as u64);
+        if self.table.len() as u64 != g.blocks() {
+            let mut bitmap = vec![0u8; (g.blocks() as usize).div_ceil(8)];
+            for e in &self.table {
+                bitmap[e.blk as usize / 8] |= 1 << (e.blk % 8);
+            }
+            let packed = zstd_compress(&bitmap, 3);
+            put_varint(&mut out, packed.len() as u64);
+            out.extend_from_slice(&packed);
         }
-        let packed = zstd_compress(&bitmap, 3);
-        put_varint(&mut out, packed.len() as u64);
-        out.extend_from_slice(&packed);
         for e in &self.table {
             out.extend_from_slice(&e.len.to_le_bytes());
             out.extend_from_slice(&e.crc.to_le_bytes());
@@ -755,7 +759,8 @@ impl Index {
         let n = geometry.blocks() as usize;
         // The stored blocks: from the bitmap (version 3), or every block of the table (entries
         // of length 0 were skipped blocks).
-        let stored: Vec<u64> = if version >= 3 {
+        let count = if version >= 3 { r.bounded_varint(n as u64, "HZ stored block count")? as usize } else { n };
+        let stored: Vec<u64> = if count < n {
             let len = r.bounded_varint(r.remaining() as u64, "HZ block bitmap length")? as usize;
             let frame = r.take(len, "HZ block bitmap")?;
             let want = n.div_ceil(8);
@@ -771,7 +776,11 @@ impl Index {
             if got != want {
                 return Err(corrupt(format!("HZ block bitmap holds {got} bytes, not {want}")));
             }
-            (0..n as u64).filter(|&b| bitmap[b as usize / 8] >> (b % 8) & 1 == 1).collect()
+            let stored: Vec<u64> = (0..n as u64).filter(|&b| bitmap[b as usize / 8] >> (b % 8) & 1 == 1).collect();
+            if stored.len() != count {
+                return Err(corrupt(format!("HZ block bitmap marks {} blocks, the index {count}", stored.len())));
+            }
+            stored
         } else {
             (0..n as u64).collect()
         };
