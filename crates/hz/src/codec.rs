@@ -20,7 +20,7 @@
 
 use crate::geometry::{Geometry, LevelBlock, AXES};
 use crate::resolution::ResolutionMap;
-use amrzip_codec::stages::{crc32, put_varint, zstd_compress, Codebook, ContextCoder, Histogram, Quantizer, DEFAULT_RADIUS};
+use amrzip_codec::stages::{crc32, lagrange, put_varint, zstd_compress, Codebook, ContextCoder, Histogram, Quantizer, DEFAULT_RADIUS};
 use amrzip_codec::{ByteReader, CodecError, Config, DType, Element, ErrorBound, Result};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -249,7 +249,7 @@ unsafe fn walk<T: Element>(
         if map.is_none() && xa >= 3 * s && xa + 3 * s < interior && xa - 3 * s >= v.lo[a] && xa + 3 * s < v.hi[a] && v.holds(x) {
             let p = v.ptr.add(v.offset(x));
             let at = |k: isize| (*p.offset(k * o)).to_f64();
-            return visit(Some(p), (9.0 * (at(-1) + at(1)) - at(-3) - at(3)) * 0.0625, false);
+            return visit(Some(p), cubic(at), false);
         }
         // The coarser points past `xa` along the axis: the next two of the lattice, the
         // anchored last index standing in for the first that holds no point.
@@ -287,18 +287,21 @@ unsafe fn walk<T: Element>(
         // The anchored last index sits at its coordinate but counts at its index: nearer than
         // the stride, so the stencil's weights are the polynomial's through the true positions.
         if anchor.is_some_and(|e| e != interior && (r1 == Some(e) || r3 == Some(e))) {
-            let mut points = [(0.0f64, 0.0f64); 4];
-            let mut len = 0;
+            let (mut offsets, mut values, mut weights, mut len) = ([0.0f64; 4], [0.0f64; 4], [0.0f64; 4], 0);
             for c in [(ha).then(|| xa - 3 * s), Some(xa - s), r1, r3.filter(|_| hd)].into_iter().flatten() {
                 let mut y = x;
                 y[a] = c;
-                points[len] = (g.index(a, c) as f64, (*v.ptr.add(v.offset(y))).to_f64());
+                offsets[len] = g.index(a, c) as f64 - xa as f64;
+                values[len] = (*v.ptr.add(v.offset(y))).to_f64();
                 len += 1;
             }
-            return visit(Some(p), lagrange(xa as f64, &points[..len]), false);
+            lagrange(&offsets[..len], &mut weights[..len]);
+            // Summed term by term in order, so that encoder and decoder agree to the bit.
+            let pred = weights[..len].iter().zip(&values).fold(0.0, |acc, (w, v)| acc + w * v);
+            return visit(Some(p), pred, false);
         }
         let pred = match (hb, hc, ha, hd) {
-            (true, true, true, true) => (9.0 * (at(-1) + at(1)) - at(-3) - at(3)) * 0.0625,
+            (true, true, true, true) => cubic(at),
             (true, true, true, false) => (6.0 * at(-1) + 3.0 * at(1) - at(-3)) * 0.125,
             (true, true, false, true) => (3.0 * at(-1) + 6.0 * at(1) - at(3)) * 0.125,
             (true, true, false, false) => 0.5 * (at(-1) + at(1)),
@@ -317,15 +320,10 @@ unsafe fn walk<T: Element>(
     });
 }
 
-/// The value at position `t` of the polynomial through `points` (position, value), summed term
-/// by term in order, so that encoder and decoder agree to the bit.
-fn lagrange(t: f64, points: &[(f64, f64)]) -> f64 {
-    let mut sum = 0.0;
-    for (j, &(pj, vj)) in points.iter().enumerate() {
-        let w: f64 = points.iter().enumerate().filter(|&(i, _)| i != j).map(|(_, &(pi, _))| (t - pi) / (pj - pi)).product();
-        sum += w * vj;
-    }
-    sum
+/// The cubic through the four coarser neighbours at -3, -1, 1, 3 strides (`at`).
+#[inline(always)]
+fn cubic(at: impl Fn(isize) -> f64) -> f64 {
+    (9.0 * (at(-1) + at(1)) - at(-3) - at(3)) * 0.0625
 }
 
 /// The stored index of one array: its geometry, bound, resolution map, the codebooks of its

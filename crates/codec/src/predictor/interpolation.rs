@@ -58,7 +58,8 @@ const QUAD_FIRST: [f64; 3] = [3.0 / 8.0, 6.0 / 8.0, -1.0 / 8.0];
 
 /// Lagrange weights at 0 of the polynomial through `offsets`. Only the last interval of a line,
 /// which may be shorter than the stride, needs this; elsewhere the fixed weights above apply.
-fn lagrange(offsets: &[f64], weights: &mut [f64]) {
+/// (Multiresolution layouts use it towards an anchored last index.)
+pub fn lagrange(offsets: &[f64], weights: &mut [f64]) {
     for (j, &oj) in offsets.iter().enumerate() {
         weights[j] = offsets.iter().enumerate().filter(|&(i, _)| i != j).map(|(_, &oi)| -oi / (oj - oi)).product();
     }

@@ -14,7 +14,7 @@ use crate::error::{corrupt, Result};
 use crate::quantizer::Quantizer;
 use std::borrow::Cow;
 
-pub use interpolation::{Arithmetic, DimOrder, LevelBounds, Settings, Spline};
+pub use interpolation::{lagrange, Arithmetic, DimOrder, LevelBounds, Settings, Spline};
 pub use regression::default_block as default_regression_block;
 
 /// Predictor identity as stored in the chunk table.
