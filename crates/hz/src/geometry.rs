@@ -204,14 +204,14 @@ impl Geometry {
     /// its slots, back to back.
     pub fn coordinates(&self, k: usize, s: usize, lo: usize, hi: usize) -> impl Iterator<Item = usize> + Clone {
         let anchor = self.anchor[k];
-        let far = (anchor != NO_ANCHOR && anchor.is_multiple_of(s) && lo <= anchor && anchor < hi && anchor >= self.interior[k])
-            .then_some(anchor);
+        let far = (anchor != NO_ANCHOR && anchor.is_multiple_of(s) && lo <= anchor && anchor < hi).then_some(anchor);
         (lo..hi.min(self.interior[k])).step_by(s).chain(far)
     }
 
-    /// Slots along axis `k` of a buffer of the lattice of spacing `s` over `lo..hi`.
+    /// Slots along axis `k` of a buffer of the lattice of spacing `s` over `lo..hi` (`lo` a
+    /// multiple of `s`).
     pub fn slots(&self, k: usize, s: usize, lo: usize, hi: usize) -> usize {
-        hi.min(self.interior[k]).saturating_sub(lo).div_ceil(s) + self.coordinates(k, s, self.interior[k].max(lo), hi).count()
+        self.coordinates(k, s, lo, hi).count()
     }
 
     /// The user's number of dimensions.
