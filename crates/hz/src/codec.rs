@@ -919,7 +919,32 @@ impl Index {
 }
 
 /// Decodes one block's payload into `v`.
-fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -> Result<()> {
+/// A stored block of HZ levels, parsed and checked, its symbols not yet decoded (so that two
+/// blocks' context-coded symbols can be decoded at once, see `decode_blocks`).
+struct Parsed<'a> {
+    blk: u64,
+    coder: &'a Coder,
+    /// The block's payload after its packing byte, unpacked.
+    body: std::borrow::Cow<'a, [u8]>,
+    all_zero: bool,
+    /// Symbols of inner and one-sided points, and of exact values.
+    n: usize,
+    m: usize,
+    n_exact: usize,
+    /// Where the coded symbols, one-sided points' symbols and exact values lie in `body`.
+    bits: std::ops::Range<usize>,
+    end_bits: std::ops::Range<usize>,
+    exact: std::ops::Range<usize>,
+}
+
+/// A stored block: block 0 as one codec stream, decoded, or HZ levels.
+enum Stored<'a, T> {
+    Stream(Vec<T>),
+    Levels(Parsed<'a>),
+}
+
+/// Checks stored block `blk` (`bytes`) against the index and parses it.
+fn parse_block<'a, T: Element>(index: &'a Index, blk: u64, bytes: &'a [u8]) -> Result<Stored<'a, T>> {
     let g = &index.geometry;
     let &Entry { len, crc, .. } = index.entry(blk).ok_or_else(|| corrupt(format!("HZ block {blk} is not stored")))?;
     if bytes.len() != len as usize || crc32(bytes) != crc {
@@ -927,83 +952,107 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
     }
     let coder = book_of(&index.books, g, g.block_level(blk)).ok_or_else(|| corrupt(format!("HZ block {blk}: no codebook")))?;
     let slots: usize = g.block(blk).iter().map(|b| b.slots()).sum();
-    let raw;
     let flag = bytes.first().copied();
     let all_zero = index.split && flag == Some(ALL_ZERO);
     let context = flag == Some(2) || (index.split && flag == Some(CONTEXT_ZSTD));
     if !all_zero && (context != matches!(coder, Coder::Context(_)) || (flag == Some(3)) != matches!(coder, Coder::Stream)) {
         return Err(corrupt(format!("HZ block {blk}: coded otherwise than its level")));
     }
-    let fbl = g.first_block_levels();
-    let first_shape = g.buffer_shape(fbl);
     if flag == Some(3) {
+        let first_shape = g.buffer_shape(g.first_block_levels());
         let (values, shape) = amrzip_codec::decompress::<T>(&bytes[1..], Some(1)).map_err(|e| corrupt(format!("HZ block {blk}: {e}")))?;
         if shape != first_shape[AXES - g.dims()..] {
             return Err(corrupt(format!("HZ block {blk}: a stream of shape {shape:?}, not {:?}", &first_shape[AXES - g.dims()..])));
         }
-        scatter_first(g, &values, v);
-        return Ok(());
+        return Ok(Stored::Stream(values));
     }
+    let body: std::borrow::Cow<[u8]> = if flag == Some(1) || (context && flag == Some(CONTEXT_ZSTD)) {
+        let mut r = ByteReader::new(&bytes[1..]);
+        let n = r.bounded_varint((slots * (2 + T::BYTES) + 64) as u64, "HZ block length")? as usize;
+        let raw = zstd::bulk::decompress(&bytes[1 + r.position()..], n).map_err(|e| corrupt(format!("HZ block {blk}: {e}")))?;
+        if raw.len() != n {
+            return Err(corrupt(format!("HZ block {blk}: {} bytes decompressed, {n} expected", raw.len())));
+        }
+        raw.into()
+    } else if matches!(flag, Some(0 | 2)) || all_zero {
+        bytes[1..].into()
+    } else {
+        return Err(corrupt(format!("HZ block {blk}: unknown packing")));
+    };
+    let mut r = ByteReader::new(&body);
+    let n = r.bounded_varint(slots as u64, "HZ block symbols")? as usize;
+    let m = if index.split { r.bounded_varint((slots - n) as u64, "HZ block end symbols")? as usize } else { 0 };
+    let (mut n_exact, mut bits, mut end_bits, mut exact) = (0, 0..0, 0..0, 0..0);
+    if !all_zero {
+        n_exact = r.bounded_varint((n + m) as u64, "HZ block exact values")? as usize;
+        // The range of `body` the next `len` bytes take.
+        let take = |r: &mut ByteReader, len: usize, what: &str| -> Result<std::ops::Range<usize>> {
+            let at = r.position();
+            r.take(len, what)?;
+            Ok(at..at + len)
+        };
+        let len = r.bounded_varint(r.remaining() as u64, "HZ block bits")? as usize;
+        bits = take(&mut r, len, "HZ block bits")?;
+        if index.split {
+            let len = r.bounded_varint(r.remaining() as u64, "HZ block end bits")? as usize;
+            end_bits = take(&mut r, len, "HZ block end bits")?;
+        }
+        exact = take(&mut r, n_exact * T::BYTES, "HZ block exact values")?;
+    }
+    if r.remaining() != 0 {
+        return Err(corrupt(format!("HZ block {blk}: {} bytes left over", r.remaining())));
+    }
+    Ok(Stored::Levels(Parsed { blk, coder, body, all_zero, n, m, n_exact, bits, end_bits, exact }))
+}
+
+impl Parsed<'_> {
+    /// The context coder of the block's inner points, if they are context-coded.
+    fn context_coded(&self) -> Option<&ContextCoder> {
+        match self.coder {
+            Coder::Context(c) if !self.all_zero => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes a parsed block of HZ levels into `v`; `inner`: its inner points' symbols when
+/// already decoded (context-coded blocks, see `decode_blocks`).
+fn decode_levels<T: Element>(index: &Index, p: &Parsed, inner: Option<Vec<u16>>, v: View<T>) -> Result<()> {
+    let (g, blk) = (&index.geometry, p.blk);
+    let fbl = g.first_block_levels();
     // Block 0 is walked into its own lattice, then the points a coarser read keeps are copied.
     let mut first = Vec::new();
     let target = if blk == 0 {
-        first = vec![T::default(); first_shape.iter().product()];
+        first = vec![T::default(); g.buffer_shape(fbl).iter().product()];
         View::new(g, fbl, &mut first)
     } else {
         v
     };
-    let body = if flag == Some(1) || (context && flag == Some(CONTEXT_ZSTD)) {
-        let mut r = ByteReader::new(&bytes[1..]);
-        let n = r.bounded_varint((slots * (2 + T::BYTES) + 64) as u64, "HZ block length")? as usize;
-        raw = zstd::bulk::decompress(&bytes[1 + r.position()..], n).map_err(|e| corrupt(format!("HZ block {blk}: {e}")))?;
-        if raw.len() != n {
-            return Err(corrupt(format!("HZ block {blk}: {} bytes decompressed, {n} expected", raw.len())));
-        }
-        &raw[..]
-    } else if matches!(flag, Some(0 | 2)) || all_zero {
-        &bytes[1..]
-    } else {
-        return Err(corrupt(format!("HZ block {blk}: unknown packing")));
-    };
-    let mut r = ByteReader::new(body);
-    let n = r.bounded_varint(slots as u64, "HZ block symbols")? as usize;
-    let m = if index.split { r.bounded_varint((slots - n) as u64, "HZ block end symbols")? as usize } else { 0 };
+    let (n, m) = (p.n, p.m);
     // A level without an end codebook codes its one-sided points with the others.
     let end_book = index.ends.get(g.block_level(blk).saturating_sub(fbl) as usize).and_then(Option::as_ref);
     let split = end_book.is_some();
-    let (inner, ends, exact) = if all_zero {
-        (vec![ZERO; n], vec![ZERO; m], &[][..])
+    let (inner, ends) = if p.all_zero {
+        (vec![ZERO; n], vec![ZERO; m])
     } else {
-        let n_exact = r.bounded_varint((n + m) as u64, "HZ block exact values")? as usize;
-        let n_bits = r.bounded_varint(r.remaining() as u64, "HZ block bits")? as usize;
-        let bits = r.take(n_bits, "HZ block bits")?;
-        let end_bits = if index.split {
-            let len = r.bounded_varint(r.remaining() as u64, "HZ block end bits")? as usize;
-            r.take(len, "HZ block end bits")?
-        } else {
-            &[]
-        };
-        let exact = r.take(n_exact * T::BYTES, "HZ block exact values")?;
-        let inner = match coder {
-            Coder::Huffman(book) => huffman_symbols(book, bits, n)?,
-            Coder::Context(c) => {
+        let inner = match (inner, p.coder) {
+            (Some(inner), _) => inner,
+            (None, Coder::Huffman(book)) => huffman_symbols(book, &p.body[p.bits.clone()], n)?,
+            (None, Coder::Context(c)) => {
                 let mut symbols = vec![0u16; n];
-                c.decode(bits, ZERO, ALPHABET, &mut symbols)?;
+                c.decode(&p.body[p.bits.clone()], ZERO, ALPHABET, &mut symbols)?;
                 symbols
             }
-            Coder::Stream => unreachable!("checked against the flag above"),
+            (None, Coder::Stream) => unreachable!("checked against the flag in parse_block"),
         };
         let ends = match (m, end_book) {
             (0, _) => Vec::new(),
-            (_, Some(book)) => huffman_symbols(book, end_bits, m)?,
+            (_, Some(book)) => huffman_symbols(book, &p.body[p.end_bits.clone()], m)?,
             _ => return Err(corrupt(format!("HZ block {blk}: {m} end symbols but its level has no end codebook"))),
         };
-        (inner, ends, exact)
+        (inner, ends)
     };
-    if r.remaining() != 0 {
-        return Err(corrupt(format!("HZ block {blk}: {} bytes left over", r.remaining())));
-    }
-    let n_exact = exact.len() / T::BYTES;
+    let (exact, n_exact) = (&p.body[p.exact.clone()], p.n_exact);
     let (mut k, mut k_end, mut e, mut bad) = (0usize, 0usize, 0usize, false);
     for b in g.block(blk) {
         let q = Quantizer::new(level_eb(g, b.level, index.eb, index.tuning), DEFAULT_RADIUS);
@@ -1042,6 +1091,35 @@ fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -
     Ok(())
 }
 
+/// Decodes stored block `blk` (`bytes`) into `v`.
+fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -> Result<()> {
+    match parse_block::<T>(index, blk, bytes)? {
+        Stored::Stream(values) => {
+            scatter_first(&index.geometry, &values, v);
+            Ok(())
+        }
+        Stored::Levels(p) => decode_levels(index, &p, None, v),
+    }
+}
+
+/// Decodes two stored blocks of one level into `v`, the symbols of context-coded ones at once.
+fn decode_block_pair<T: Element>(index: &Index, blocks: [(u64, &[u8]); 2], v: View<T>) -> Result<()> {
+    let [(a, a_bytes), (b, b_bytes)] = blocks;
+    match (parse_block::<T>(index, a, a_bytes)?, parse_block::<T>(index, b, b_bytes)?) {
+        (Stored::Levels(pa), Stored::Levels(pb)) if pa.context_coded().is_some() && pb.context_coded().is_some() => {
+            let (mut sa, mut sb) = (vec![0u16; pa.n], vec![0u16; pb.n]);
+            let coder = pa.context_coded().expect("matched above");
+            coder.decode_pair([(&pa.body[pa.bits.clone()], &mut sa), (&pb.body[pb.bits.clone()], &mut sb)], ZERO, ALPHABET)?;
+            decode_levels(index, &pa, Some(sa), v)?;
+            decode_levels(index, &pb, Some(sb), v)
+        }
+        _ => {
+            decode_block(index, a, a_bytes, v)?;
+            decode_block(index, b, b_bytes, v)
+        }
+    }
+}
+
 /// `n` symbols Huffman-decoded from `bits`.
 fn huffman_symbols(book: &Codebook, bits: &[u8], n: usize) -> Result<Vec<u16>> {
     let mut symbols: Vec<MaybeUninit<u16>> = Vec::with_capacity(n);
@@ -1064,9 +1142,14 @@ fn decode_blocks<'a, T: Element>(
     while i < blocks.len() {
         let level = g.block_level(blocks[i]);
         let run = blocks[i..].iter().take_while(|&&b| g.block_level(b) == level).count();
-        blocks[i..i + run].par_iter().try_for_each(|&blk| {
-            let bytes = payload(blk).ok_or_else(|| corrupt(format!("HZ block {blk} was not read")))?;
-            decode_block(index, blk, bytes, v)
+        let bytes = |blk: u64| payload(blk).ok_or_else(|| corrupt(format!("HZ block {blk} was not read")));
+        // Blocks go in pairs where that still leaves every thread several (see
+        // `decode_block_pair`).
+        let pairs = if run >= 4 * rayon::current_num_threads() { 2 } else { 1 };
+        blocks[i..i + run].par_chunks(pairs).try_for_each(|pair| match *pair {
+            [a, b] => decode_block_pair(index, [(a, bytes(a)?), (b, bytes(b)?)], v),
+            [blk] => decode_block(index, blk, bytes(blk)?, v),
+            _ => unreachable!("chunks of at most two"),
         })?;
         i += run;
     }
@@ -1474,8 +1557,15 @@ mod tests {
         let enc = encode(data.clone(), &g, None, 0.005).unwrap();
         let index = Index::read(&enc.index, enc.data.len() as u64).unwrap();
         assert!(index.coders().contains(&"context"), "{:?}", index.coders());
-        let (out, _) = read::<f64>(&index, &enc.data, g.levels(), None).unwrap();
+        // Decoded two blocks at once (one thread) and one by one (more threads than that
+        // leaves pairs to): the same values.
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| read::<f64>(&index, &enc.data, g.levels(), None).unwrap().0)
+        };
+        let out = on(1);
         assert!(data.iter().zip(&out).all(|(a, b)| (a - b).abs() <= 0.005));
+        assert_eq!(out, on(64));
     }
 
     #[test]

@@ -144,6 +144,15 @@ impl ContextCoder {
             ContextCoder::Tabled(tables) => residuals::decode_tabled(bytes, zero, alphabet, tables, &Layout::plain(out.len()), out),
         }
     }
+
+    /// Decodes two segments, as `decode` each: the tabled coder's at once, one's symbols
+    /// between the other's (see `residuals::decode_tabled_pair`).
+    pub fn decode_pair(&self, segments: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize) -> Result<()> {
+        match self {
+            ContextCoder::Tabled(tables) => residuals::decode_tabled_pair(segments, zero, alphabet, tables),
+            ContextCoder::Adaptive => segments.into_iter().try_for_each(|(bytes, out)| self.decode(bytes, zero, alphabet, out)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -189,6 +198,24 @@ mod tests {
         for (sample, within) in [(whole, 0.001), (halves, 0.01)] {
             let estimate = ContextCoder::estimate(&sample, zero);
             assert!((estimate / size - 1.0).abs() < within, "estimate {estimate:.0}, coded {size}");
+        }
+    }
+
+    #[test]
+    fn pairs_decode_as_each_alone() {
+        let zero = 32768;
+        // Unequal lengths either way round, quiet and busy, and an empty segment.
+        let segments: Vec<Vec<u16>> =
+            [(70_000, 2), (50_000, 300), (0, 1), (90_000, 40)].iter().map(|&(n, s)| noisy(n, s, zero, n as u64)).collect();
+        let views: Vec<&[u16]> = segments.iter().map(|s| &s[..]).collect();
+        let (coder, coded) = ContextCoder::tabled(&views, zero);
+        for (i, j) in [(0, 1), (1, 0), (2, 3), (3, 2), (1, 3)] {
+            let (mut a, mut b) = (vec![0u16; segments[i].len()], vec![0u16; segments[j].len()]);
+            coder.decode_pair([(&coded[i], &mut a), (&coded[j], &mut b)], zero, 2 * zero as usize).unwrap();
+            assert_eq!((&a, &b), (&segments[i], &segments[j]));
+            // A stream cut short fails the pair, whichever of the two it is.
+            let cut = &coded[j][..coded[j].len() - 1];
+            assert!(coder.decode_pair([(&coded[i], &mut a), (cut, &mut b)], zero, 2 * zero as usize).is_err());
         }
     }
 

@@ -263,13 +263,16 @@ fn count_of(level: u8) -> u64 {
     }
 }
 
-/// One context's table: frequencies summing to `TOTAL`, their cumulative starts, and per slot
-/// of `[0, TOTAL)` its token.
+/// One context's table: frequencies summing to `TOTAL`, their cumulative starts, per slot of
+/// `[0, TOTAL)` its token, and per token both of the former in one word (`Table::entry`).
+/// Inline, so that a decoder goes from a context to its slots in one load: decoding is a chain
+/// of dependent loads, each symbol's context waiting for the last symbol.
 #[derive(Clone)]
 struct Table {
     freq: [u16; TOKENS],
     start: [u16; TOKENS],
-    slots: Box<[u8]>,
+    slots: [u8; TOTAL as usize],
+    entries: [u32; TOKENS],
 }
 
 impl Table {
@@ -300,11 +303,13 @@ impl Table {
                 total -= give;
             }
         }
-        let mut t = Table { freq: [0; TOKENS], start: [0; TOKENS], slots: vec![0u8; TOTAL as usize].into_boxed_slice() };
+        let mut t = Table { freq: [0; TOKENS], start: [0; TOKENS], slots: [0; TOTAL as usize], entries: [0; TOKENS] };
         let mut at = 0u32;
         for (k, &f) in freq.iter().enumerate() {
             t.freq[k] = f as u16;
             t.start[k] = at as u16;
+            // The frequency takes 13 bits (up to `TOTAL`), the start 12.
+            t.entries[k] = f << SCALE | at;
             t.slots[at as usize..(at + f) as usize].fill(k as u8);
             at += f;
         }
@@ -474,14 +479,16 @@ impl Encoder {
 
 /// Decodes a stream of `Encoder`, symbol by symbol in coding order.
 pub struct Decoder<'a> {
-    states: [u32; 2],
+    /// The state of this symbol, then the other's: the two alternate.
+    state: u32,
+    other: u32,
     words: &'a [u8],
     pos: usize,
-    next: usize,
     bits: BitReader<'a>,
     /// The extra bits' bytes, for checking at the end that they were all used.
     extra: &'a [u8],
-    tables: &'a Tables,
+    /// Per context its table, `None` past those the tables have.
+    tables: [Option<&'a Table>; MAX_CONTEXTS],
     info: &'static [(u32, u32, bool); TOKENS],
 }
 
@@ -494,41 +501,43 @@ impl<'a> Decoder<'a> {
             return Err(corrupt!("rANS stream of {len} bytes"));
         }
         let state = |k: usize| u32::from_le_bytes(rans[4 * k..4 * k + 4].try_into().expect("4 bytes"));
-        let states = [state(0), state(1)];
-        if states.iter().any(|&x| !(LOW..=u32::MAX).contains(&x)) {
+        let (state, other) = (state(0), state(1));
+        if state < LOW || other < LOW {
             return Err(corrupt!("rANS state below its range"));
         }
         let extra = &bytes[r.position()..];
-        Ok(Decoder { states, words: &rans[8..], pos: 0, next: 0, bits: BitReader::new(extra), extra, tables, info: token_info() })
+        let tables = std::array::from_fn(|c| tables.of(c));
+        Ok(Decoder { state, other, words: &rans[8..], pos: 0, bits: BitReader::new(extra), extra, tables, info: token_info() })
     }
 
     /// The next residual, coded in `context`.
     #[inline(always)]
     pub fn residual(&mut self, context: usize) -> Result<i32> {
-        let Some(table) = self.tables.of(context) else { return Err(corrupt!("context {context} has no table")) };
-        let x = &mut self.states[self.next & 1];
-        self.next += 1;
-        let slot = *x & (TOTAL - 1);
-        let t = table.slots[slot as usize] as usize;
-        *x = table.freq[t] as u32 * (*x >> SCALE) + slot - table.start[t] as u32;
-        if *x < LOW {
+        let Some(Some(table)) = self.tables.get(context) else { return Err(corrupt!("context {context} has no table")) };
+        let x = self.state;
+        let slot = x & (TOTAL - 1);
+        let t = table.slots[slot as usize];
+        let e = table.entries[t as usize];
+        let mut x = (e >> SCALE) * (x >> SCALE) + slot - (e & (TOTAL - 1));
+        if x < LOW {
             // Past the end the coder reads zeros; `finish` then refuses the stream.
             let w = match self.words.get(self.pos..self.pos + 2) {
                 Some(b) => u16::from_le_bytes([b[0], b[1]]),
                 None => 0,
             };
             self.pos += 2;
-            *x = *x << 16 | w as u32;
+            x = x << 16 | w as u32;
         }
+        (self.state, self.other) = (self.other, x);
         if t == 0 {
             return Ok(0);
         }
-        detokenize(self.info[t], &mut self.bits)
+        detokenize(self.info[t as usize], &mut self.bits)
     }
 
     /// Checks that decoding used exactly the bytes the encoder wrote and ended where it began.
     pub fn finish(self) -> Result<()> {
-        if self.pos != self.words.len() || self.states != [LOW; 2] {
+        if self.pos != self.words.len() || (self.state, self.other) != (LOW, LOW) {
             return Err(corrupt!("rANS symbols end after {} of {} bytes, or in another state", self.pos, self.words.len()));
         }
         let used = self.bits.consumed();

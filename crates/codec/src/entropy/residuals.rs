@@ -424,6 +424,30 @@ pub fn decode_tabled(bytes: &[u8], zero: u16, alphabet: usize, tables: &rans::Ta
     dec.finish()
 }
 
+/// `decode_tabled` of two plain streams (`Layout::plain`) at once, in lockstep: each symbol's
+/// context waits for the symbol before it, so one stream leaves the core idle most of the time,
+/// and a second, independent one fills it. The same symbols as decoding each alone.
+pub fn decode_tabled_pair(streams: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize, tables: &rans::Tables) -> Result<()> {
+    let [(a_bytes, a_out), (b_bytes, b_out)] = streams;
+    let (na, nb) = (a_out.len(), b_out.len());
+    let mut a = (rans::Decoder::new(a_bytes, tables)?, State { w: Window::new(), prev_negative: false }, into(a_out, zero, alphabet));
+    let mut b = (rans::Decoder::new(b_bytes, tables)?, State { w: Window::new(), prev_negative: false }, into(b_out, zero, alphabet));
+    // Without neighbours in space, the window counts twice (as `walk` codes a run).
+    for _ in 0..na.min(nb) {
+        let ra = a.1.code(&mut Tabled(&mut a.0), a.1.w.sum, 0)?;
+        let rb = b.1.code(&mut Tabled(&mut b.0), b.1.w.sum, 0)?;
+        (a.2)(ra)?;
+        (b.2)(rb)?;
+    }
+    let (longer, n) = if na > nb { (&mut a, na - nb) } else { (&mut b, nb - na) };
+    for _ in 0..n {
+        let r = longer.1.code(&mut Tabled(&mut longer.0), longer.1.w.sum, 0)?;
+        (longer.2)(r)?;
+    }
+    a.0.finish()?;
+    b.0.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
