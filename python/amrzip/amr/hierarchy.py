@@ -76,6 +76,8 @@ class Level(LevelGeometry):
     loader: Loader
     # {field: [array per box]} when the level holds its data in memory (``from_arrays``).
     arrays: Optional[dict] = field(default=None, repr=False, compare=False)
+    # field -> [array per box], for readers that decode a level's boxes at once (a store's).
+    bulk_loader: Optional[Callable[[str], list]] = field(default=None, repr=False, compare=False)
 
     @property
     def dim(self) -> int:
@@ -100,6 +102,8 @@ class Level(LevelGeometry):
             raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})")
         if self.arrays is not None:
             return list(self.arrays[field])
+        if self.bulk_loader is not None:
+            return self.bulk_loader(field)
         return [self.loader(field, i) for i in range(len(self.boxes))]
 
     @property
@@ -161,7 +165,19 @@ class Hierarchy:
 
     def field_boxes(self, field: str) -> dict:
         """Every box's array of ``field``, all cells (covered ones included): {(level, box): array}."""
-        return {(L, i): np.asarray(lev.box_data(field, i)) for L, lev in enumerate(self.levels) for i in range(lev.num_boxes)}
+        if field not in self.fields:
+            raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})")
+        out = {}
+        for L, lev in enumerate(self.levels):
+            # A level's boxes at once (`field_data`), their shapes checked as `box_data` does.
+            arrays = [np.asarray(a) for a in lev.field_data(field)]
+            if len(arrays) != len(lev.boxes):
+                raise ValueError(f"level {L} field {field!r}: {len(arrays)} arrays for {len(lev.boxes)} boxes")
+            for i, (a, b) in enumerate(zip(arrays, lev.boxes)):
+                if a.shape != box_shape(b):
+                    raise ValueError(f"box {i} of field {field!r}: data of shape {a.shape}, box of shape {box_shape(b)}")
+                out[(L, i)] = a
+        return out
 
     def covered_mask(self, L: int, i: int) -> np.ndarray:
         """Boolean array over box ``i`` of level ``L``: True where level ``L + 1`` covers the cell

@@ -219,7 +219,7 @@ class Dataset:
         decoded straight into box arrays, or None when they would take more than the chunk
         cache: then boxes are read one by one, within the cache."""
         itemsize = np.dtype(self.meta["dtypes"][field]).itemsize
-        cells = sum(math.prod(h - l + 1 for l, h in zip(*box)) for lev in self._levels[level:] for box in lev.boxes)
+        cells = sum(int(np.prod(lev.box_array[:, 1] - lev.box_array[:, 0] + 1, axis=1).sum()) for lev in self._levels[level:])
         if cells * itemsize > _core.CACHE_BYTES:
             return None
         return self._snapshot.read_boxes(self._field_index(field), level)
@@ -247,10 +247,27 @@ class Dataset:
                 prefetched.add((L, field))
             return self._read(field, self._levels[L].boxes[i], L, "average", whole_chunks=True)
 
+        def bulk(field: str, L: int) -> list:
+            # Every box of the (level, field): decoded whole at once, unless some were handed
+            # out already (then as `loader` gives each).
+            n = len(self._levels[L].boxes)
+            ready = waiting.get((L, field))
+            if ready is None:
+                levels = self._whole_levels(field, L)
+                if levels is not None:
+                    for k, arrays in enumerate(levels[1:], 1):
+                        waiting.setdefault((L + k, field), dict(enumerate(arrays)))
+                    waiting[(L, field)] = {}
+                    return levels[0]
+            elif len(ready) == n:
+                waiting[(L, field)] = {}
+                return [ready[i] for i in range(n)]
+            return [loader(field, i, L) for i in range(n)]
+
         h_levels = []
         for L, lev in enumerate(self._levels):
-            load = functools.partial(loader, L=L)
-            h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields), load))
+            h_levels.append(Level(list(lev.boxes), lev.ref_ratios, lev.dx, lev.domain, list(lev.owners), list(self.fields),
+                                  functools.partial(loader, L=L), bulk_loader=functools.partial(bulk, L=L)))
         m = self.meta
         attrs = dict(m.get("source") or {})
         return Hierarchy(
