@@ -31,7 +31,7 @@ pub const MAX_CONTEXTS: usize = 64;
 /// them is more common than this (one-off, 1/64 multiresolution reads: a lognormal field, with
 /// many of both, read 10% faster without the branch, and a smooth one, with few tokens with
 /// extra bits, 8% faster with it).
-const BRANCHY_SHARE: f64 = 0.1;
+const BRANCHLESS_SHARE: f64 = 0.1;
 
 /// Frequencies of a table sum to `2^SCALE`.
 const SCALE: u32 = 12;
@@ -270,9 +270,9 @@ fn count_of(level: u8) -> u64 {
 }
 
 /// One context's table: frequencies summing to `TOTAL`, their cumulative starts, per slot of
-/// `[0, TOTAL)` its token, and per token both of the former in one word (`Table::entry`).
-/// Inline, so that a decoder goes from a context to its slots in one load: decoding is a chain
-/// of dependent loads, each symbol's context waiting for the last symbol.
+/// `[0, TOTAL)` its token, and per token both of the former in one word (`entries`). Inline, so
+/// that a decoder goes from a context to its slots in one load: decoding is a chain of dependent
+/// loads, each symbol's context waiting for the last symbol.
 #[derive(Clone)]
 struct Table {
     freq: [u16; TOKENS],
@@ -365,7 +365,7 @@ impl Tables {
             extra += if bits > 0 { n } else { 0 };
         }
         let share = extra as f64 / nonzero.max(1) as f64;
-        Tables { of: of.collect(), levels, tables, branchless: share.min(1.0 - share) > BRANCHY_SHARE }
+        Tables { of: of.collect(), levels, tables, branchless: share.min(1.0 - share) > BRANCHLESS_SHARE }
     }
 
     pub fn contexts(&self) -> usize {
@@ -636,6 +636,27 @@ mod tests {
         let out = contexts.iter().map(|&c| dec.residual(c)).collect::<Result<Vec<_>>>()?;
         dec.finish()?;
         Ok(out)
+    }
+
+    #[test]
+    fn both_ways_of_reading_extra_bits_decode_the_same() {
+        let mut next = crate::test_rng::xorshift(9);
+        // Mostly small residuals (no extra bits), a few large: extra bits read on a branch.
+        // Spread over 0..40: both kinds common, read without one.
+        for (spread, branchless) in [(5u64, false), (40, true)] {
+            let residuals: Vec<(usize, i32)> = (0..20_000)
+                .map(|i| {
+                    let d = if spread == 5 && i % 50 == 0 { 300 } else { (next() % (2 * spread + 1)) as i32 - spread as i32 };
+                    (i % 2, d)
+                })
+                .collect();
+            let (bytes, tables) = code(&residuals, 2);
+            assert_eq!(tables.branchless, branchless, "spread {spread}");
+            let contexts: Vec<usize> = residuals.iter().map(|r| r.0).collect();
+            assert_eq!(decoded(&bytes, &tables, &contexts).unwrap(), residuals.iter().map(|r| r.1).collect::<Vec<_>>());
+            // A stream missing its last extra-bit byte fails either way.
+            assert!(decoded(&bytes[..bytes.len() - 1], &tables, &contexts).is_err());
+        }
     }
 
     #[test]
