@@ -477,17 +477,39 @@ pub(crate) fn read_segments(r: &mut ByteReader, n: usize, codebook: &Codebook) -
 /// chunk's symbols (then its values) are allocated once every segment has decoded.
 fn read_context_segments(r: &mut ByteReader, n: usize, coder: &ContextCoder, q: &Quantizer) -> Result<(Vec<u16>, ZeroCounts)> {
     let segments = segments(r, n, "context-coded segment", |_| MIN_SEGMENT_BYTES)?;
-    let decoded: Vec<(Vec<u16>, Vec<usize>)> = segments
-        .par_iter()
+    let (zero, alphabet) = (q.zero_symbol(), q.alphabet());
+    let buffer = |k: usize| vec![0u16; SEGMENT_SYMBOLS.min(n - k * SEGMENT_SYMBOLS)];
+    // Segments go in pairs, decoded in lockstep (`ContextCoder::decode_pair`), where that still
+    // leaves every thread several.
+    let pairs = if segments.len() >= 4 * rayon::current_num_threads() { 2 } else { 1 };
+    let decoded: Vec<Vec<(Vec<u16>, Vec<usize>)>> = segments
+        .par_chunks(pairs)
         .enumerate()
-        .map(|(k, bytes)| {
-            let mut out = vec![0u16; SEGMENT_SYMBOLS.min(n - k * SEGMENT_SYMBOLS)];
-            coder.decode(bytes, q.zero_symbol(), q.alphabet(), &mut out)?;
-            let blocks = ZeroCounts::blocks_of(&out);
-            Ok((out, blocks))
+        .map(|(j, chunk)| {
+            let k = j * pairs;
+            let outs = match *chunk {
+                [a, b] => {
+                    let (mut x, mut y) = (buffer(k), buffer(k + 1));
+                    coder.decode_pair([(a, &mut x), (b, &mut y)], zero, alphabet)?;
+                    vec![x, y]
+                }
+                [a] => {
+                    let mut x = buffer(k);
+                    coder.decode(a, zero, alphabet, &mut x)?;
+                    vec![x]
+                }
+                _ => unreachable!("chunks of at most two"),
+            };
+            Ok(outs
+                .into_iter()
+                .map(|out| {
+                    let blocks = ZeroCounts::blocks_of(&out);
+                    (out, blocks)
+                })
+                .collect())
         })
         .collect::<Result<_>>()?;
-    let (parts, blocks): (Vec<Vec<u16>>, Vec<Vec<usize>>) = decoded.into_iter().unzip();
+    let (parts, blocks): (Vec<Vec<u16>>, Vec<Vec<usize>>) = decoded.into_iter().flatten().unzip();
     Ok((parts.concat(), ZeroCounts::from_blocks(blocks.concat())))
 }
 

@@ -45,3 +45,16 @@ fn many_segments_take_contexts_where_regions_differ_and_huffman_where_not() {
     assert_eq!(round_trip(&regional(n, 3), 1e-5), CodebookSource::Contexts);
     assert_eq!(round_trip(&even(n, 5), 1e-3), CodebookSource::Inline);
 }
+
+#[test]
+fn segments_decoded_two_at_a_time_give_the_same_values() {
+    // One chunk of 4 segments: one thread decodes them in pairs, more threads one by one.
+    let shape = [64, 256, 256];
+    let data = regional(shape.iter().product(), 7);
+    let stream = compress(&data, &shape, &Config::new(ErrorBound::Relative(1e-5))).unwrap();
+    assert_eq!(info(&stream).unwrap().codebook_source, CodebookSource::Contexts);
+    let (paired, _) = decompress::<f64>(&stream, Some(1)).unwrap();
+    assert_eq!(decompress::<f64>(&stream, Some(8)).unwrap().0, paired);
+    let (lo, hi) = data.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    assert!(data.iter().zip(&paired).all(|(a, b)| (a - b).abs() <= 1e-5 * (hi - lo)));
+}
