@@ -479,9 +479,8 @@ fn read_context_segments(r: &mut ByteReader, n: usize, coder: &ContextCoder, q: 
     let segments = segments(r, n, "context-coded segment", |_| MIN_SEGMENT_BYTES)?;
     let (zero, alphabet) = (q.zero_symbol(), q.alphabet());
     let buffer = |k: usize| vec![0u16; SEGMENT_SYMBOLS.min(n - k * SEGMENT_SYMBOLS)];
-    // Segments go in pairs, decoded in lockstep (`ContextCoder::decode_pair`), where that still
-    // leaves every thread several.
-    let pairs = if segments.len() >= 4 * rayon::current_num_threads() { 2 } else { 1 };
+    // Segments go in pairs where that leaves every thread several, decoded in lockstep.
+    let pairs = ContextCoder::pair_width(segments.len());
     let decoded: Vec<Vec<(Vec<u16>, Vec<usize>)>> = segments
         .par_chunks(pairs)
         .enumerate()

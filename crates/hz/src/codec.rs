@@ -1091,15 +1091,20 @@ fn decode_levels<T: Element>(index: &Index, p: &Parsed, inner: Option<Vec<u16>>,
     Ok(())
 }
 
-/// Decodes stored block `blk` (`bytes`) into `v`.
-fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -> Result<()> {
-    match parse_block::<T>(index, blk, bytes)? {
+/// Decodes a parsed block into `v`.
+fn decode_stored<T: Element>(index: &Index, stored: Stored<T>, v: View<T>) -> Result<()> {
+    match stored {
         Stored::Stream(values) => {
             scatter_first(&index.geometry, &values, v);
             Ok(())
         }
         Stored::Levels(p) => decode_levels(index, &p, None, v),
     }
+}
+
+/// Decodes stored block `blk` (`bytes`) into `v`.
+fn decode_block<T: Element>(index: &Index, blk: u64, bytes: &[u8], v: View<T>) -> Result<()> {
+    decode_stored(index, parse_block::<T>(index, blk, bytes)?, v)
 }
 
 /// Decodes two stored blocks of one level into `v`, the symbols of context-coded ones at once.
@@ -1113,9 +1118,9 @@ fn decode_block_pair<T: Element>(index: &Index, blocks: [(u64, &[u8]); 2], v: Vi
             decode_levels(index, &pa, Some(sa), v)?;
             decode_levels(index, &pb, Some(sb), v)
         }
-        _ => {
-            decode_block(index, a, a_bytes, v)?;
-            decode_block(index, b, b_bytes, v)
+        (sa, sb) => {
+            decode_stored(index, sa, v)?;
+            decode_stored(index, sb, v)
         }
     }
 }
@@ -1143,9 +1148,8 @@ fn decode_blocks<'a, T: Element>(
         let level = g.block_level(blocks[i]);
         let run = blocks[i..].iter().take_while(|&&b| g.block_level(b) == level).count();
         let bytes = |blk: u64| payload(blk).ok_or_else(|| corrupt(format!("HZ block {blk} was not read")));
-        // Blocks go in pairs where that still leaves every thread several (see
-        // `decode_block_pair`).
-        let pairs = if run >= 4 * rayon::current_num_threads() { 2 } else { 1 };
+        // Blocks go in pairs where that leaves every thread several (see `decode_block_pair`).
+        let pairs = ContextCoder::pair_width(run);
         blocks[i..i + run].par_chunks(pairs).try_for_each(|pair| match *pair {
             [a, b] => decode_block_pair(index, [(a, bytes(a)?), (b, bytes(b)?)], v),
             [blk] => decode_block(index, blk, bytes(blk)?, v),

@@ -145,6 +145,16 @@ impl ContextCoder {
         }
     }
 
+    /// How many of `segments` to give each parallel task: two, for `decode_pair`, where that
+    /// still leaves every thread several, else one.
+    pub fn pair_width(segments: usize) -> usize {
+        if segments >= 4 * rayon::current_num_threads() {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Decodes two segments, as `decode` each: the tabled coder's at once, one's symbols
     /// between the other's (see `residuals::decode_tabled_pair`).
     pub fn decode_pair(&self, segments: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize) -> Result<()> {

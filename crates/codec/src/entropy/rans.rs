@@ -154,8 +154,9 @@ impl Counts {
         let mut bits = 0.0;
         for (c, n) in self.counts.iter().enumerate() {
             if let Some(table) = tables.of(c) {
-                for ((&v, &f), &(_, extra, _)) in n.iter().zip(&table.freq).zip(info) {
+                for ((&v, &e), &(_, extra, _)) in n.iter().zip(&table.entries).zip(info) {
                     if v > 0 {
+                        let (f, _) = Table::split(e);
                         bits += v as f64 * ((TOTAL as f64 / f as f64).log2() + extra as f64);
                     }
                 }
@@ -269,16 +270,14 @@ fn count_of(level: u8) -> u64 {
     }
 }
 
-/// One context's table: frequencies summing to `TOTAL`, their cumulative starts, per slot of
-/// `[0, TOTAL)` its token, and per token both of the former in one word (`entries`). Inline, so
-/// that a decoder goes from a context to its slots in one load: decoding is a chain of dependent
-/// loads, each symbol's context waiting for the last symbol.
+/// One context's table: per token its frequency (the frequencies sum to `TOTAL`) and its
+/// cumulative start in one word (`Table::split`), and per slot of `[0, TOTAL)` its token.
+/// Inline, so that a decoder goes from a context to its slots in one load: decoding is a chain
+/// of dependent loads, each symbol's context waiting for the last symbol.
 #[derive(Clone)]
 struct Table {
-    freq: [u16; TOKENS],
-    start: [u16; TOKENS],
-    slots: [u8; TOTAL as usize],
     entries: [u32; TOKENS],
+    slots: [u8; TOTAL as usize],
 }
 
 impl Table {
@@ -309,17 +308,22 @@ impl Table {
                 total -= give;
             }
         }
-        let mut t = Table { freq: [0; TOKENS], start: [0; TOKENS], slots: [0; TOTAL as usize], entries: [0; TOKENS] };
+        let mut t = Table { entries: [0; TOKENS], slots: [0; TOTAL as usize] };
         let mut at = 0u32;
         for (k, &f) in freq.iter().enumerate() {
-            t.freq[k] = f as u16;
-            t.start[k] = at as u16;
-            // The frequency takes 13 bits (up to `TOTAL`), the start 12.
-            t.entries[k] = f << SCALE | at;
+            // The frequency takes 13 bits (up to `TOTAL`), the start 12 (below `TOTAL` for a token
+            // that occurs; one that does not has 0 for both).
+            t.entries[k] = if f == 0 { 0 } else { f << SCALE | at };
             t.slots[at as usize..(at + f) as usize].fill(k as u8);
             at += f;
         }
         Some(t)
+    }
+
+    /// A token's frequency and start, from its entry.
+    #[inline(always)]
+    fn split(entry: u32) -> (u32, u32) {
+        (entry >> SCALE, entry & (TOTAL - 1))
     }
 }
 
@@ -471,7 +475,7 @@ impl Encoder {
         let mut states = [LOW; 2];
         for (i, (&c, &t)) in self.contexts.iter().zip(&self.tokens).enumerate().rev() {
             let table = tables.of(c as usize).ok_or_else(|| corrupt!("context {c} has no table"))?;
-            let (f, s) = (table.freq[t as usize] as u32, table.start[t as usize] as u32);
+            let (f, s) = Table::split(table.entries[t as usize]);
             if f == 0 {
                 return Err(corrupt!("token {t} has no frequency in context {c}"));
             }
@@ -537,8 +541,8 @@ impl<'a> Decoder<'a> {
         let x = self.state;
         let slot = x & (TOTAL - 1);
         let t = table.slots[slot as usize];
-        let e = table.entries[t as usize];
-        let x = (e >> SCALE) * (x >> SCALE) + slot - (e & (TOTAL - 1));
+        let (f, s) = Table::split(table.entries[t as usize]);
+        let x = f * (x >> SCALE) + slot - s;
         // Without a branch where the symbols decide: a state takes a word every few symbols,
         // which no predictor foresees. Past the end the coder reads zeros; `finish` then
         // refuses the stream.

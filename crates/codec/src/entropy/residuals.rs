@@ -162,7 +162,7 @@ impl<'a> Layout<'a> {
 /// Codes the residuals of the symbols `layout` lays out through `coder`, `d(i)` giving the
 /// `i`-th (when encoding); returns each residual coded to `out`.
 fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32, mut out: impl FnMut(i32) -> Result<()>) -> Result<()> {
-    let mut state = State { w: Window::new(), prev_negative: false };
+    let mut state = State::new();
     let mut i = 0;
     let n = layout.cells.len();
     let count = layout.count as usize;
@@ -212,6 +212,10 @@ struct State {
 }
 
 impl State {
+    fn new() -> State {
+        State { w: Window::new(), prev_negative: false }
+    }
+
     /// Codes residual `d` (ignored when decoding) in the context of `spatial`, the neighbours'
     /// sum in the window's units; returns the residual coded.
     #[inline(always)]
@@ -430,8 +434,8 @@ pub fn decode_tabled(bytes: &[u8], zero: u16, alphabet: usize, tables: &rans::Ta
 pub fn decode_tabled_pair(streams: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize, tables: &rans::Tables) -> Result<()> {
     let [(a_bytes, a_out), (b_bytes, b_out)] = streams;
     let (na, nb) = (a_out.len(), b_out.len());
-    let mut a = (rans::Decoder::new(a_bytes, tables)?, State { w: Window::new(), prev_negative: false }, into(a_out, zero, alphabet));
-    let mut b = (rans::Decoder::new(b_bytes, tables)?, State { w: Window::new(), prev_negative: false }, into(b_out, zero, alphabet));
+    let mut a = (rans::Decoder::new(a_bytes, tables)?, State::new(), into(a_out, zero, alphabet));
+    let mut b = (rans::Decoder::new(b_bytes, tables)?, State::new(), into(b_out, zero, alphabet));
     // Without neighbours in space, the window counts twice (as `walk` codes a run).
     for _ in 0..na.min(nb) {
         let ra = a.1.code(&mut Tabled(&mut a.0), a.1.w.sum, 0)?;
