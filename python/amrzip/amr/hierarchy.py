@@ -89,7 +89,10 @@ class Level(LevelGeometry):
             raise KeyError(f"no field {field!r} (fields: {', '.join(self.fields)})")
         if not 0 <= i < len(self.boxes):
             raise IndexError(f"box {i} out of range: the level has {len(self.boxes)} boxes")
-        a = self.loader(field, i)
+        return self._checked(field, i, self.loader(field, i))
+
+    def _checked(self, field: str, i: int, a: np.ndarray) -> np.ndarray:
+        """``a``, once it is known to have box ``i``'s shape."""
         want = box_shape(self.boxes[i])
         if a.shape != want:
             raise ValueError(f"box {i} of field {field!r}: data of shape {a.shape}, box of shape {want}")
@@ -173,10 +176,8 @@ class Hierarchy:
             arrays = [np.asarray(a) for a in lev.field_data(field)]
             if len(arrays) != len(lev.boxes):
                 raise ValueError(f"level {L} field {field!r}: {len(arrays)} arrays for {len(lev.boxes)} boxes")
-            for i, (a, b) in enumerate(zip(arrays, lev.boxes)):
-                if a.shape != box_shape(b):
-                    raise ValueError(f"box {i} of field {field!r}: data of shape {a.shape}, box of shape {box_shape(b)}")
-                out[(L, i)] = a
+            for i, a in enumerate(arrays):
+                out[(L, i)] = lev._checked(field, i, a)
         return out
 
     def covered_mask(self, L: int, i: int) -> np.ndarray:

@@ -233,13 +233,17 @@ class Dataset:
         waiting: dict = {}  # (level, field) -> {box: array} decoded whole, not handed out yet
         prefetched = set()
 
-        def loader(field: str, i: int, L: int) -> np.ndarray:
+        def decoded(field: str, L: int) -> dict:
+            # The (level, field)'s boxes not handed out yet, the level and the finer ones decoded
+            # whole when first asked for (none when they do not fit the chunk cache).
             if (L, field) not in waiting:
-                levels = self._whole_levels(field, L) or []
-                for k, arrays in enumerate(levels):
+                for k, arrays in enumerate(self._whole_levels(field, L) or []):
                     waiting.setdefault((L + k, field), dict(enumerate(arrays)))
                 waiting.setdefault((L, field), {})
-            box = waiting[(L, field)].pop(i, None)
+            return waiting[(L, field)]
+
+        def loader(field: str, i: int, L: int) -> np.ndarray:
+            box = decoded(field, L).pop(i, None)
             if box is not None:
                 return box
             if (L, field) not in prefetched:
@@ -248,18 +252,11 @@ class Dataset:
             return self._read(field, self._levels[L].boxes[i], L, "average", whole_chunks=True)
 
         def bulk(field: str, L: int) -> list:
-            # Every box of the (level, field): decoded whole at once, unless some were handed
-            # out already (then as `loader` gives each).
+            # Every box of the (level, field) at once, unless some were handed out already
+            # (then as `loader` gives each).
             n = len(self._levels[L].boxes)
-            ready = waiting.get((L, field))
-            if ready is None:
-                levels = self._whole_levels(field, L)
-                if levels is not None:
-                    for k, arrays in enumerate(levels[1:], 1):
-                        waiting.setdefault((L + k, field), dict(enumerate(arrays)))
-                    waiting[(L, field)] = {}
-                    return levels[0]
-            elif len(ready) == n:
+            ready = decoded(field, L)
+            if len(ready) == n:
                 waiting[(L, field)] = {}
                 return [ready[i] for i in range(n)]
             return [loader(field, i, L) for i in range(n)]
