@@ -20,21 +20,27 @@
 
 use crate::geometry::{Geometry, LevelBlock, AXES};
 use crate::resolution::ResolutionMap;
-use amrzip_codec::stages::{crc32, lagrange, put_varint, zstd_compress, Codebook, ContextCoder, Histogram, Quantizer, DEFAULT_RADIUS};
+use amrzip_codec::stages::{
+    crc32, entropy_bits, lagrange, put_varint, zstd_compress, Codebook, ContextCoder, Histogram, Quantizer, DEFAULT_RADIUS,
+};
 use amrzip_codec::{ByteReader, CodecError, Config, DType, Element, ErrorBound, Result};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
-/// Version 3 stores the axis order, anchoring and a bitmap of the stored blocks (17.2); version
-/// 2 coded one-sided points apart (17.3). Indexes of versions 1 and 2 (the default order,
-/// unanchored) are still read.
-const MAGIC: &[u8; 8] = b"AMRZHZ03";
+/// Version 4 stores a spline per level, a block's symbols densest axis last and block lengths
+/// as varints (17.2, 17.3); version 3 the axis order, anchoring and a bitmap of the stored
+/// blocks; version 2 coded one-sided points apart. Indexes of versions 1 to 3 (cubic
+/// everywhere, symbols in C order; versions 1 and 2 in the default order, unanchored) are still
+/// read.
+const MAGIC: &[u8; 8] = b"AMRZHZ04";
+const MAGIC_V3: &[u8; 8] = b"AMRZHZ03";
 const MAGIC_V2: &[u8; 8] = b"AMRZHZ02";
 const MAGIC_V1: &[u8; 8] = b"AMRZHZ01";
 /// Payload flag of a block whose every symbol is a zero residual, with no exact values.
 const ALL_ZERO: u8 = 4;
 /// Payload flag of a context-coded block through zstd (as flag 1 is of a Huffman-coded one).
 const CONTEXT_ZSTD: u8 = 5;
+/// The predictor byte of indexes before version 4: cubic at every level.
 const CUBIC: u8 = 1;
 const ZSTD_LEVEL: i32 = 1;
 /// The residual-0 symbol and the alphabet of the quantizer's symbols.
@@ -42,12 +48,27 @@ const ZERO: u16 = DEFAULT_RADIUS as u16;
 const ALPHABET: usize = 2 * DEFAULT_RADIUS as usize;
 /// Levels of fewer symbols keep Huffman codes: context tables would outweigh what they save.
 const CONTEXT_MIN_SYMBOLS: usize = 1 << 14;
-/// The context coder is tried where the sample promises this much less than Huffman codes (at
-/// 5%, the turbulent benchmark field at 1e-2 came out 2.7% larger: its finest level kept Huffman codes).
-const CONTEXT_GAIN: f64 = 0.99;
-/// The same before the finest round, whose levels every reduced read decodes: at 0.99 there,
-/// 1/64 reads of the turbulent field took 1.6x as long, for 1-2% fewer bytes.
-const CONTEXT_GAIN_COARSE: f64 = 0.95;
+/// The context coder is tried where the sample promises this much less than Huffman codes and
+/// it does: in the finest round of levels, the round before it, and the rounds before that (the
+/// levels of 1/64 and coarser reads, which every reduced read decodes). Coarser levels must gain
+/// more, as they are decoded more often: in the finest round at 5%, the turbulent benchmark
+/// field at 1e-2 came out 2.7% larger (its finest level kept Huffman codes); at 1% everywhere,
+/// its 1/64 reads took 1.6x as long for 1-2% fewer bytes. Since the symbols are stored densest
+/// axis last, the context coder gains more: at 5% before the finest round, the cosmology
+/// field's 1/64 reads at 1e-4 took 4.3 ms against 3.0 ms at 10% for its coarsest rounds, for
+/// 1.3% fewer bytes.
+const CONTEXT_GAINS: [f64; 3] = [0.99, 0.95, 0.90];
+/// Points of the sub-box on which each level-bound tuning is tried (`TUNINGS`): the
+/// tuning a 96^3 box chose agreed with whole-array trials in 13 of the 15 benchmark cases
+/// (a 64^3 box in 12); the two others were at rel 1e-2, 3-6% larger. Arrays up to twice
+/// this are tried whole.
+const TUNING_TRIAL_POINTS: usize = 96 * 96 * 96;
+/// Both splines are tried on every this many planes of every block of a level: whole blocks
+/// as a sample missed the sparse peaks of a density field, where the choice is made. Levels of
+/// fewer than `SPLINE_SAMPLE_MIN` points are tried whole (order-0 entropies of a few thousand
+/// widely spread residuals say little).
+const SPLINE_SAMPLE_PLANES: usize = 8;
+const SPLINE_SAMPLE_MIN: usize = 1 << 18;
 /// Symbols per sampled run, and runs sampled per level, for the context coder's estimate.
 const SAMPLE_RUN: usize = 4096;
 const SAMPLE_RUNS: usize = 64;
@@ -55,9 +76,11 @@ const SAMPLE_RUNS: usize = 64;
 /// Level-wise bounds (QoZ, as the codec's interpolation): the points of a level whose spacing
 /// along its refined axis is `2^(l-1)` are coded within `eb / min(alpha^(l-1), beta)`. Coarse
 /// points anchor every finer prediction, so precision there pays back downstream. The tuning is
-/// stored as its index. The writer takes the codec's usual winner: a trial of every tuning on
-/// sub-boxes of the array chose worse than it on two of four benchmark fields (the share of
-/// line ends differs in a sub-box).
+/// stored as its index. The writer tries each on a centred sub-box of the array (anchored
+/// layouts: the sub-box's line ends are interpolated as the array's are); with resolution maps
+/// it takes the first. Rough fields want the coarse levels no tighter (the second: 1-3.5%
+/// smaller on the turbulent fields, and on the cosmology and lognormal ones below 1e-2), smooth
+/// ones the first (the smooth field at 1e-3, 1.5x smaller than with the second).
 const TUNINGS: [(f64, f64); 3] = [(1.5, 2.0), (1.0, 1.0), (2.0, 4.0)];
 
 /// The bound of level `j`'s points under tuning `t`.
@@ -65,6 +88,27 @@ fn level_eb(g: &Geometry, j: u32, eb: f64, t: u8) -> f64 {
     let (alpha, beta) = TUNINGS[t as usize];
     let l = if j == 0 { 64 } else { g.spacing(j)[g.axis(j)].trailing_zeros() + 1 };
     eb / (1..l).fold(1.0f64, |d, _| (d * alpha).min(beta))
+}
+
+/// How a level's points are interpolated from their coarser neighbours along its axis. Cubic
+/// wins on smooth fields; linear where the field is rough at the level's spacing, as the fine
+/// levels of density fields with sharp peaks (cosmology: 6% smaller at 1e-2, 2.6% at 1e-3),
+/// whose cubic's far neighbours add more error than they remove. The codec makes the same
+/// choice per array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Spline {
+    Linear = 0,
+    Cubic = 1,
+}
+
+impl Spline {
+    fn from_code(code: u8) -> Option<Spline> {
+        match code {
+            0 => Some(Spline::Linear),
+            1 => Some(Spline::Cubic),
+            _ => None,
+        }
+    }
 }
 
 /// A level's coder, shared by its blocks.
@@ -208,9 +252,17 @@ fn box_shape(g: &Geometry, level: u32, lo: [usize; AXES], hi: [usize; AXES]) -> 
     std::array::from_fn(|k| g.slots(k, s[k], lo[k], hi[k]))
 }
 
-/// Visits the stored points of `b` in order, each with its prediction from coarser levels; a
-/// point outside the view's box is visited as `None` (no prediction: its neighbours may lie
-/// outside too), so that a reader still takes its symbol.
+/// How `walk` predicts the points of a level block, and every how many planes of its first
+/// axis it visits (1 for all, more for a sample).
+#[derive(Clone, Copy)]
+struct Walk {
+    spline: Spline,
+    every: usize,
+}
+
+/// Visits the stored points of `b` in C order as `how` says, each with its prediction from
+/// coarser levels; a point outside the view's box is visited as `None` (no prediction: its
+/// neighbours may lie outside too), so that a reader still takes its symbol.
 ///
 /// Safety: `v` is at a level no coarser than `b.level`; the caller lets no one else write the
 /// points of `b`, nor any point of a level at least `b.level`'s that this reads. A point of the
@@ -220,6 +272,7 @@ unsafe fn walk<T: Element>(
     map: Option<&ResolutionMap>,
     b: &LevelBlock,
     v: View<T>,
+    how: Walk,
     mut visit: impl FnMut(Option<*mut T>, f64, bool),
 ) {
     if b.is_empty() {
@@ -240,7 +293,8 @@ unsafe fn walk<T: Element>(
         y[a] = xa;
         map.is_none_or(|m| m.keeps(g, y))
     };
-    g.for_each_point(b, |x| {
+    let cubic = how.spline == Spline::Cubic;
+    g.for_each_point_every(b, how.every, |x| {
         if map.is_some_and(|m| !m.keeps(g, x)) {
             return;
         }
@@ -249,7 +303,7 @@ unsafe fn walk<T: Element>(
         if map.is_none() && xa >= 3 * s && xa + 3 * s < interior && xa - 3 * s >= v.lo[a] && xa + 3 * s < v.hi[a] && v.holds(x) {
             let p = v.ptr.add(v.offset(x));
             let at = |k: isize| (*p.offset(k * o)).to_f64();
-            return visit(Some(p), cubic(at), false);
+            return visit(Some(p), if cubic { cubic4(at) } else { 0.5 * (at(-1) + at(1)) }, false);
         }
         // The coarser points past `xa` along the axis: the next two of the lattice, the
         // anchored last index standing in for the first that holds no point.
@@ -288,7 +342,8 @@ unsafe fn walk<T: Element>(
         // the stride, so the stencil's weights are the polynomial's through the true positions.
         if anchor.is_some_and(|e| e != interior && (r1 == Some(e) || r3 == Some(e))) {
             let (mut offsets, mut values, mut weights, mut len) = ([0.0f64; 4], [0.0f64; 4], [0.0f64; 4], 0);
-            for c in [(ha).then(|| xa - 3 * s), Some(xa - s), r1, r3.filter(|_| hd)].into_iter().flatten() {
+            let far = |c: Option<usize>| c.filter(|_| cubic);
+            for c in [far(ha.then(|| xa - 3 * s)), Some(xa - s), r1, far(r3.filter(|_| hd))].into_iter().flatten() {
                 let mut y = x;
                 y[a] = c;
                 offsets[len] = g.index(a, c) as f64 - xa as f64;
@@ -301,7 +356,8 @@ unsafe fn walk<T: Element>(
             return visit(Some(p), pred, false);
         }
         let pred = match (hb, hc, ha, hd) {
-            (true, true, true, true) => cubic(at),
+            (true, true, ..) if !cubic => 0.5 * (at(-1) + at(1)),
+            (true, true, true, true) => cubic4(at),
             (true, true, true, false) => (6.0 * at(-1) + 3.0 * at(1) - at(-3)) * 0.125,
             (true, true, false, true) => (3.0 * at(-1) + 6.0 * at(1) - at(3)) * 0.125,
             (true, true, false, false) => 0.5 * (at(-1) + at(1)),
@@ -322,7 +378,7 @@ unsafe fn walk<T: Element>(
 
 /// The cubic through the four coarser neighbours at -3, -1, 1, 3 strides (`at`).
 #[inline(always)]
-fn cubic(at: impl Fn(isize) -> f64) -> f64 {
+fn cubic4(at: impl Fn(isize) -> f64) -> f64 {
     (9.0 * (at(-1) + at(1)) - at(-3) - at(3)) * 0.0625
 }
 
@@ -338,6 +394,10 @@ pub struct Index {
     pub map: Option<ResolutionMap>,
     /// Coder of block 0, then of each level after it (`None`: nothing coded).
     books: Vec<Option<Coder>>,
+    /// The spline of block 0's walked levels, then of each level after it.
+    splines: Vec<Spline>,
+    /// Version 4: a level's points are visited densest axis innermost (else in C order).
+    dense: bool,
     /// Version 2: each level's one-sided points are coded apart, under `ends` (`None`: the
     /// level has none).
     split: bool,
@@ -363,13 +423,75 @@ pub struct Encoded {
     pub stored_blocks: usize,
 }
 
-fn book_of<'a>(books: &'a [Option<Coder>], g: &Geometry, level: u32) -> Option<&'a Coder> {
-    let i = level.saturating_sub(g.first_block_levels()) as usize;
-    books.get(i).and_then(|b| b.as_ref())
+impl Encoded {
+    /// Index and data bytes.
+    pub fn size(&self) -> usize {
+        self.index.len() + self.data.len()
+    }
 }
 
-/// A block's symbols in walk order: of the points predicted from both sides, and of the
-/// one-sided ones; and the values kept exactly.
+fn book_of<'a>(books: &'a [Option<Coder>], g: &Geometry, level: u32) -> Option<&'a Coder> {
+    books.get(group(g, level)).and_then(|b| b.as_ref())
+}
+
+/// The index's entry (coder, spline) of `level`: block 0's levels share the first.
+fn group(g: &Geometry, level: u32) -> usize {
+    level.saturating_sub(g.first_block_levels()) as usize
+}
+
+impl Index {
+    /// How `walk` visits and predicts the points of `level`.
+    fn walking(&self, level: u32) -> Walk {
+        Walk { spline: self.splines[group(&self.geometry, level)], every: 1 }
+    }
+}
+
+/// Whether the inner symbols of block `blk` are stored in the order of its level's
+/// `dense_axes` (version 4, anchored layouts, blocks after 0) rather than in walk order (C).
+/// `walk` goes in C order, which keeps its reads near each other in memory (in the dense order
+/// writes ran 2.5x slower); the symbols are transposed on the way.
+fn stored_dense(g: &Geometry, blk: u64, dense: bool) -> Option<(LevelBlock, [usize; AXES])> {
+    if !(dense && g.is_anchored() && blk != 0) {
+        return None;
+    }
+    let b = g.block(blk).into_iter().next()?;
+    Some((b, g.dense_axes(b.level)))
+}
+
+/// Reorders a block's symbols between C order over its points (`counts` per axis) and the
+/// order of the axes `axes` (the last fastest): to it, or back from it with `back`. `None` when
+/// the symbols are not the block's points.
+fn transpose(symbols: &[u16], counts: [usize; AXES], axes: [usize; AXES], back: bool) -> Option<Vec<u16>> {
+    if symbols.len() != counts.iter().product::<usize>() {
+        return None;
+    }
+    let mut stride = [0usize; AXES];
+    let mut next = 1;
+    for &k in axes.iter().rev() {
+        stride[k] = next;
+        next *= counts[k];
+    }
+    let mut out = vec![0u16; symbols.len()];
+    let mut i = 0;
+    for i0 in 0..counts[0] {
+        for i1 in 0..counts[1] {
+            let base = i0 * stride[0] + i1 * stride[1];
+            for i2 in 0..counts[2] {
+                let j = base + i2 * stride[2];
+                if back {
+                    out[i] = symbols[j];
+                } else {
+                    out[j] = symbols[i];
+                }
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// A block's symbols: of the points predicted from both sides (in stored order, see
+/// `stored_dense`), and of the one-sided ones (walk order); and the values kept exactly.
 struct BlockSymbols<T> {
     blk: u64,
     inner: Vec<u16>,
@@ -499,6 +621,51 @@ fn code_level<T: Element + Sync>(coded: &[BlockSymbols<T>], gain: f64) -> Result
     Ok((book, ends_book, huffman))
 }
 
+/// The spline whose residuals cost fewer bits (order-0 entropy, exact values at their size) on
+/// a sample of the points of `blocks` (of a level above block 0's), not yet coded in
+/// `v`. A level reads only coarser ones, so the trial predicts exactly as coding will.
+fn choose_spline<T: Element>(g: &Geometry, map: Option<&ResolutionMap>, blocks: std::ops::Range<u64>, v: View<T>, eb: f64) -> Spline {
+    let q = Quantizer::new(eb, DEFAULT_RADIUS);
+    let blocks: Vec<u64> = blocks.collect();
+    let level = blocks.first().map_or(0, |&b| g.block_level(b));
+    let every = if g.lattice(level).count.iter().product::<usize>() < SPLINE_SAMPLE_MIN { 1 } else { SPLINE_SAMPLE_PLANES };
+    let cost = |spline: Spline| -> f64 {
+        let how = Walk { spline, every };
+        let (hist, exact) = blocks
+            .par_iter()
+            .map(|&blk| {
+                let (mut symbols, mut exact) = (Vec::new(), 0usize);
+                for lb in g.block(blk) {
+                    // Safety: nothing is written, and the level's coarser points are final.
+                    unsafe {
+                        walk(g, map, &lb, v, how, |p, pred, one_sided| {
+                            if !one_sided {
+                                let p = p.expect("the encoder's view holds the whole array");
+                                let s = q.quantize_value(*p, pred).0;
+                                exact += (s == 0) as usize;
+                                symbols.push(s);
+                            }
+                        })
+                    };
+                }
+                (Histogram::of(&symbols), exact)
+            })
+            .reduce(
+                || (Histogram::default(), 0),
+                |(mut h, e), (h2, e2)| {
+                    h.add(&h2);
+                    (h, e + e2)
+                },
+            );
+        entropy_bits(&hist.dense(ALPHABET)) + (exact * 8 * T::BYTES) as f64
+    };
+    if cost(Spline::Linear) < cost(Spline::Cubic) {
+        Spline::Linear
+    } else {
+        Spline::Cubic
+    }
+}
+
 /// Encodes `data` (C order, `g`'s shape) within `eb`, keeping the points `map` keeps (all
 /// without one). Values at points not kept are never read. `data` is the work buffer: it ends
 /// up holding the values as decoded.
@@ -513,19 +680,52 @@ pub fn encode<T: Element>(data: Vec<T>, g: &Geometry, map: Option<&ResolutionMap
         // A map's tiles and levels are the array's own (IDX's layout): AMR levels fill them.
         return Err(CodecError::InvalidInput("a resolution map needs the unanchored layout".into()));
     }
-    encode_with(data, g, map, eb, 0)
+    if map.is_some() {
+        return encode_with(data, g, map, eb, 0);
+    }
+    let tuning = if data.len() <= 2 * TUNING_TRIAL_POINTS {
+        // Small: the trials are the encodings.
+        let tried = (0..TUNINGS.len() as u8).map(|t| encode_with(data.clone(), g, None, eb, t)).collect::<Result<Vec<_>>>()?;
+        return Ok(tried.into_iter().min_by_key(Encoded::size).expect("a tuning"));
+    } else {
+        let (sub, shape) = centred_box(&data, g, TUNING_TRIAL_POINTS);
+        let layout = if g.is_anchored() { Geometry::anchored } else { Geometry::with_order };
+        let sg = layout(&shape, g.block_bits(), g.order()).map_err(CodecError::InvalidInput)?;
+        let sizes =
+            (0..TUNINGS.len() as u8).map(|t| encode_with(sub.clone(), &sg, None, eb, t).map(|e| e.size())).collect::<Result<Vec<_>>>()?;
+        (0..TUNINGS.len() as u8).min_by_key(|&t| sizes[t as usize]).expect("a tuning")
+    };
+    encode_with(data, g, None, eb, tuning)
+}
+
+/// The box of about `points` values (each axis cut to the same share) at the centre of `data`
+/// (C order, `g`'s shape), and its shape.
+fn centred_box<T: Element>(data: &[T], g: &Geometry, points: usize) -> (Vec<T>, Vec<usize>) {
+    let n = g.shape3();
+    let active = n.iter().filter(|&&k| k > 1).count().max(1) as f64;
+    let share = (points as f64 / data.len() as f64).powf(1.0 / active).min(1.0);
+    let e: [usize; AXES] = std::array::from_fn(|k| ((n[k] as f64 * share).ceil() as usize).clamp(1, n[k]));
+    let lo: [usize; AXES] = std::array::from_fn(|k| (n[k] - e[k]) / 2);
+    let mut out = Vec::with_capacity(e.iter().product());
+    for x0 in lo[0]..lo[0] + e[0] {
+        for x1 in lo[1]..lo[1] + e[1] {
+            let row = (x0 * n[1] + x1) * n[2] + lo[2];
+            out.extend_from_slice(&data[row..row + e[2]]);
+        }
+    }
+    (out, e[AXES - g.dims()..].to_vec())
 }
 
 /// `encode` with the level-wise bounds of tuning `tuning`.
 fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&ResolutionMap>, eb: f64, tuning: u8) -> Result<Encoded> {
     let v = View::new(g, g.levels(), &mut data);
-    let code_block = |blk: u64| {
+    let code_block = |blk: u64, spline: Spline| {
         let mut b = BlockSymbols { blk, inner: Vec::new(), ends: Vec::new(), exact: Vec::new(), one_sided: Vec::new() };
         for lb in g.block(blk) {
             let q = Quantizer::new(level_eb(g, lb.level, eb, tuning), DEFAULT_RADIUS);
             // Safety: blocks of one level write their own points only (see `walk`).
             unsafe {
-                walk(g, map, &lb, v, |p, pred, one_sided| {
+                walk(g, map, &lb, v, Walk { spline, every: 1 }, |p, pred, one_sided| {
                     let p = p.expect("the encoder's view holds the whole array");
                     let (s, r) = q.quantize_value(*p, pred);
                     if s == 0 {
@@ -537,9 +737,13 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
                 })
             };
         }
+        if let Some((lb, axes)) = stored_dense(g, blk, true) {
+            debug_assert!(b.ends.is_empty(), "anchored layouts predict every point from both sides");
+            b.inner = transpose(&b.inner, g.point_counts(&lb), axes, false).expect("a symbol a point");
+        }
         b
     };
-    let (mut books, mut ends) = (Vec::new(), Vec::new());
+    let (mut books, mut ends, mut splines) = (Vec::new(), Vec::new(), Vec::new());
     let mut payloads: Vec<(u64, Vec<u8>)> = Vec::new();
     let fbl = g.first_block_levels();
     // Block 0 is read whole by every read, so it is coded as one array by the codec, which
@@ -558,14 +762,17 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
         payloads.push((0, p));
         books.push(Some(Coder::Stream));
         ends.push(None);
+        splines.push(Spline::Cubic);
     }
     for level in g.first_block_levels()..=g.levels() {
         if level == fbl && !books.is_empty() {
             continue;
         }
         let blocks = g.level_blocks(level);
+        let spline = if level == fbl { Spline::Cubic } else { choose_spline(g, map, blocks.clone(), v, level_eb(g, level, eb, tuning)) };
         let coded: Vec<BlockSymbols<T>> =
-            blocks.into_par_iter().map(code_block).filter(|b| !(b.inner.is_empty() && b.ends.is_empty())).collect();
+            blocks.into_par_iter().map(|blk| code_block(blk, spline)).filter(|b| !(b.inner.is_empty() && b.ends.is_empty())).collect();
+        splines.push(spline);
         if coded.is_empty() {
             books.push(None);
             ends.push(None);
@@ -573,8 +780,8 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
         }
         // The context coder's tables decode a few times slower than Huffman codes, and the levels
         // before the finest round are what reduced reads decode: there it must gain more.
-        let finest_round = level + g.shape3().iter().filter(|&&n| n > 1).count() as u32 > g.levels();
-        let gain = if finest_round { CONTEXT_GAIN } else { CONTEXT_GAIN_COARSE };
+        let round = (g.levels() - level) / g.shape3().iter().filter(|&&n| n > 1).count().max(1) as u32;
+        let gain = CONTEXT_GAINS[(round as usize).min(CONTEXT_GAINS.len() - 1)];
         let (mut coder, mut ends_book, mut level_payloads) = code_level(&coded, gain)?;
         if ends_book.is_some() {
             // Where the end symbols are not much wider spread than the rest (rough fields,
@@ -597,7 +804,19 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
         table.push(Entry { blk: *blk, offset: data_out.len() as u64, len: p.len() as u32, crc: crc32(p) });
         data_out.extend_from_slice(p);
     }
-    let index = Index { geometry: g.clone(), dtype: T::DTYPE, eb, tuning, map: map.cloned(), books, split: true, ends, table };
+    let index = Index {
+        geometry: g.clone(),
+        dtype: T::DTYPE,
+        eb,
+        tuning,
+        map: map.cloned(),
+        books,
+        splines,
+        dense: true,
+        split: true,
+        ends,
+        table,
+    };
     Ok(Encoded { index: index.to_bytes(), data: data_out, stored_blocks: payloads.len() })
 }
 
@@ -614,7 +833,6 @@ impl Index {
         out.extend_from_slice(&g.order());
         out.push(g.is_anchored() as u8);
         out.extend_from_slice(&self.eb.to_le_bytes());
-        out.push(CUBIC);
         out.push(self.tuning);
         match &self.map {
             None => out.extend_from_slice(&0u32.to_le_bytes()),
@@ -626,10 +844,11 @@ impl Index {
             }
         }
         put_varint(&mut out, self.books.len() as u64);
-        debug_assert!(self.split, "indexes are written in the current version");
-        for (book, ends) in self.books.iter().zip(&self.ends) {
+        debug_assert!(self.split && self.dense, "indexes are written in the current version");
+        for ((book, ends), &spline) in self.books.iter().zip(&self.ends).zip(&self.splines) {
             let bytes = book.as_ref().map(Coder::stored).unwrap_or_default();
             out.push(book.as_ref().map_or(0, Coder::kind));
+            out.push(spline as u8);
             put_varint(&mut out, bytes.len() as u64);
             out.extend_from_slice(&bytes);
             let bytes = ends.as_ref().map(book_bytes).unwrap_or_default();
@@ -650,7 +869,7 @@ impl Index {
             out.extend_from_slice(&packed);
         }
         for e in &self.table {
-            out.extend_from_slice(&e.len.to_le_bytes());
+            put_varint(&mut out, e.len as u64);
             out.extend_from_slice(&e.crc.to_le_bytes());
         }
         let crc = crc32(&out);
@@ -662,7 +881,8 @@ impl Index {
     pub fn read(bytes: &[u8], data_len: u64) -> Result<Index> {
         let body = bytes.len().checked_sub(4).map(|n| &bytes[..n]).ok_or_else(|| corrupt("HZ index truncated"))?;
         let version = match bytes.get(..8) {
-            Some(m) if m == &MAGIC[..] => 3,
+            Some(m) if m == &MAGIC[..] => 4,
+            Some(m) if m == &MAGIC_V3[..] => 3,
             Some(m) if m == &MAGIC_V2[..] => 2,
             Some(m) if m == &MAGIC_V1[..] => 1,
             _ => return Err(corrupt("not an HZ index (bad magic)")),
@@ -696,7 +916,7 @@ impl Index {
         if !(eb.is_finite() && eb >= 0.0) {
             return Err(corrupt(format!("HZ index bound {eb}")));
         }
-        if r.u8("HZ index predictor")? != CUBIC {
+        if version < 4 && r.u8("HZ index predictor")? != CUBIC {
             return Err(corrupt("HZ index predictor unknown"));
         }
         let tuning = r.u8("HZ index level bounds")?;
@@ -725,9 +945,15 @@ impl Index {
         if r.varint("HZ codebook count")? != groups {
             return Err(corrupt(format!("HZ index should hold {groups} codebooks")));
         }
-        let (mut books, mut ends) = (Vec::new(), Vec::new());
+        let (mut books, mut ends, mut splines) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..groups {
             let kind = r.u8("HZ coder kind")?;
+            splines.push(if version >= 4 {
+                let code = r.u8("HZ level spline")?;
+                Spline::from_code(code).ok_or_else(|| corrupt(format!("HZ level spline {code} unknown")))?
+            } else {
+                Spline::Cubic
+            });
             let len = r.bounded_varint(r.remaining() as u64, "HZ coder length")? as usize;
             let bytes = r.take(len, "HZ coder")?;
             books.push(match kind {
@@ -782,18 +1008,23 @@ impl Index {
         } else {
             (0..n as u64).collect()
         };
-        if r.remaining() as u64 != 8 * stored.len() as u64 {
+        // Entries of 8 bytes (versions up to 3), or a varint length and the checksum (5 bytes
+        // or more): checked against what is left before anything is allocated for them.
+        let (fewest, exact) = if version >= 4 { (5, false) } else { (8, true) };
+        let room = fewest * stored.len() as u64;
+        if r.remaining() as u64 != room && (exact || (r.remaining() as u64) < room) {
             return Err(corrupt(format!(
-                "HZ block table should hold {} entries in {} bytes, found {}",
+                "HZ block table should hold {} entries in {}{room} bytes, found {}",
                 stored.len(),
-                8 * stored.len() as u64,
+                if exact { "" } else { "at least " },
                 r.remaining()
             )));
         }
         let mut table = Vec::with_capacity(stored.len());
         let mut end = 0u64;
         for blk in stored {
-            let (len, crc) = (r.u32("HZ block length")?, r.u32("HZ block checksum")?);
+            let len = if version >= 4 { r.bounded_varint(u32::MAX as u64, "HZ block length")? as u32 } else { r.u32("HZ block length")? };
+            let crc = r.u32("HZ block checksum")?;
             if len == 0 {
                 if version >= 3 {
                     return Err(corrupt(format!("HZ block {blk} is stored empty")));
@@ -815,7 +1046,10 @@ impl Index {
         if end != data_len {
             return Err(corrupt(format!("HZ data holds {data_len} bytes, its blocks {end}")));
         }
-        Ok(Index { geometry, dtype, eb, tuning, map, books, split, ends, table })
+        if r.remaining() != 0 {
+            return Err(corrupt(format!("HZ block table has {} bytes past its last entry", r.remaining())));
+        }
+        Ok(Index { geometry, dtype, eb, tuning, map, books, splines, dense: version >= 4, split, ends, table })
     }
 
     fn entry(&self, blk: u64) -> Option<&Entry> {
@@ -1045,6 +1279,15 @@ fn decode_levels<T: Element>(index: &Index, p: &Parsed, inner: Option<Vec<u16>>,
             }
             (None, Coder::Stream) => unreachable!("checked against the flag in parse_block"),
         };
+        let inner = match stored_dense(g, blk, index.dense) {
+            Some((lb, axes)) => {
+                let counts = g.point_counts(&lb);
+                transpose(&inner, counts, axes, true).ok_or_else(|| {
+                    corrupt(format!("HZ block {blk}: {n} symbols stored, its points take {}", counts.iter().product::<usize>()))
+                })?
+            }
+            None => inner,
+        };
         let ends = match (m, end_book) {
             (0, _) => Vec::new(),
             (_, Some(book)) => huffman_symbols(book, &p.body[p.end_bits.clone()], m)?,
@@ -1058,7 +1301,7 @@ fn decode_levels<T: Element>(index: &Index, p: &Parsed, inner: Option<Vec<u16>>,
         let q = Quantizer::new(level_eb(g, b.level, index.eb, index.tuning), DEFAULT_RADIUS);
         // Safety: as in `encode`, blocks of one level write their own points only.
         unsafe {
-            walk(g, index.map.as_ref(), &b, target, |p, pred, one_sided| {
+            walk(g, index.map.as_ref(), &b, target, index.walking(b.level), |p, pred, one_sided| {
                 let (stream, at) = if one_sided && split { (&ends, &mut k_end) } else { (&inner, &mut k) };
                 let Some(&s) = stream.get(*at) else {
                     bad = true;
@@ -1356,6 +1599,16 @@ mod tests {
             .collect()
     }
 
+    /// A xorshift generator from `seed`.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// `index`'s array at `level` over `region`, its blocks' bytes from `data`.
     fn read<T: Element>(index: &Index, data: &[u8], level: u32, region: Option<([usize; 3], [usize; 3])>) -> Result<(Vec<T>, Vec<usize>)> {
         let mut r = Reader::new(index, level, region)?;
@@ -1544,13 +1797,10 @@ mod tests {
         // the regions where one Huffman code pays for the mixture.
         let shape = [64usize, 64, 64];
         let g = Geometry::new(&shape, 12).unwrap();
-        let mut state = 12345u64;
+        let mut next = xorshift(12345);
         let data: Vec<f64> = (0..64 * 64 * 64)
             .map(|i| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let noise = (state % 10_000) as f64 / 10_000.0;
+                let noise = (next() % 10_000) as f64 / 10_000.0;
                 if i % 64 < 32 {
                     noise * 100.0
                 } else {
@@ -1570,6 +1820,58 @@ mod tests {
         let out = on(1);
         assert!(data.iter().zip(&out).all(|(a, b)| (a - b).abs() <= 0.005));
         assert_eq!(out, on(64));
+    }
+
+    #[test]
+    fn levels_take_the_spline_that_codes_smaller() {
+        // Sparse spikes: each spreads its error over the cubic's four neighbours and the linear
+        // one's two, so linear interpolation wins; on a smooth field, the cubic.
+        let shape = [48usize, 40, 36];
+        let mut next = xorshift(99);
+        let spikes: Vec<f64> = (0..48 * 40 * 36).map(|_| if next().is_multiple_of(20) { 1.0 } else { 0.0 }).collect();
+        let smooth: Vec<f64> = (0..48 * 40 * 36)
+            .map(|i| {
+                let (x, y, z) = ((i / (40 * 36)) as f64, ((i / 36) % 40) as f64, (i % 36) as f64);
+                (0.11 * x).sin() * (0.07 * y).cos() + (0.09 * z).sin()
+            })
+            .collect();
+        for (data, want) in [(spikes, Spline::Linear), (smooth, Spline::Cubic)] {
+            let g = Geometry::anchored(&shape, 9, Geometry::DEFAULT_ORDER).unwrap();
+            let enc = encode(data.clone(), &g, None, 1e-3).unwrap();
+            let index = Index::read(&enc.index, enc.data.len() as u64).unwrap();
+            let fine = &index.splines[index.splines.len() - 3..];
+            assert!(fine.iter().all(|&s| s == want), "want {want:?}: {:?}", index.splines);
+            let (out, _) = read::<f64>(&index, &enc.data, g.levels(), None).unwrap();
+            assert!(data.iter().zip(&out).all(|(a, b)| (a - b).abs() <= 1e-3));
+            // Every tuning of the level bounds was tried: none codes smaller.
+            for t in 0..TUNINGS.len() as u8 {
+                assert!(enc.size() <= encode_with(data.clone(), &g, None, 1e-3, t).unwrap().size());
+            }
+        }
+        // An unknown spline is refused by name (the first group's byte after its kind).
+        let (_, _, _, enc) = roundtrip_in(LAYOUTS[2], &[16, 16, 16], 6, 1e-3, None);
+        let mut bad = enc.index[..enc.index.len() - 4].to_vec();
+        assert!(bad[52] < 0x80, "a one-byte varint of groups");
+        bad[54] = 7;
+        let crc = crc32(&bad);
+        bad.extend_from_slice(&crc.to_le_bytes());
+        let err = Index::read(&bad, enc.data.len() as u64).err().expect("refused");
+        assert!(matches!(&err, CodecError::Corrupt(m) if m.contains("spline 7")), "{err:?}");
+    }
+
+    #[test]
+    fn symbols_are_transposed_there_and_back() {
+        let counts = [3usize, 5, 4];
+        let symbols: Vec<u16> = (0..60).collect();
+        for axes in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [0, 2, 1]] {
+            let dense = transpose(&symbols, counts, axes, false).unwrap();
+            // The last of `axes` runs fastest.
+            let last = axes[2];
+            let step = [20, 4, 1][last] as u16;
+            assert_eq!(dense[1] - dense[0], step, "{axes:?}");
+            assert_eq!(transpose(&dense, counts, axes, true).unwrap(), symbols);
+        }
+        assert!(transpose(&symbols[1..], counts, [2, 1, 0], true).is_none());
     }
 
     #[test]

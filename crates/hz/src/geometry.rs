@@ -379,16 +379,38 @@ impl Geometry {
 
     /// Calls `f` with the coordinates of every point of `b` (the slots that hold one), in C
     /// order of its lattice.
-    pub fn for_each_point(&self, b: &LevelBlock, mut f: impl FnMut([usize; AXES])) {
+    pub fn for_each_point(&self, b: &LevelBlock, f: impl FnMut([usize; AXES])) {
+        self.for_each_point_every(b, 1, f)
+    }
+
+    /// As [`for_each_point`](Self::for_each_point), in every `every`-th plane of the first axis
+    /// only (a sample).
+    pub fn for_each_point_every(&self, b: &LevelBlock, every: usize, mut f: impl FnMut([usize; AXES])) {
         let l = self.lattice(b.level);
         let at = |k: usize, i: usize| l.start[k] + l.step[k] * i;
-        for i0 in (b.lo[0]..b.hi[0]).filter(|&i| self.valid(0, at(0, i))) {
+        for i0 in (b.lo[0]..b.hi[0]).filter(|&i| self.valid(0, at(0, i))).step_by(every) {
             for i1 in (b.lo[1]..b.hi[1]).filter(|&i| self.valid(1, at(1, i))) {
                 for i2 in (b.lo[2]..b.hi[2]).filter(|&i| self.valid(2, at(2, i))) {
                     f([at(0, i0), at(1, i1), at(2, i2)]);
                 }
             }
         }
+    }
+
+    /// Per axis, how many of `b`'s slots hold points: its points are their product.
+    pub fn point_counts(&self, b: &LevelBlock) -> [usize; AXES] {
+        let l = self.lattice(b.level);
+        std::array::from_fn(|k| (b.lo[k]..b.hi[k]).filter(|&i| self.valid(k, l.start[k] + l.step[k] * i)).count())
+    }
+
+    /// The axes of level `j` ordered so that its points lie nearest each other along the last:
+    /// axes of one point first, then the others by their points' step along them, largest
+    /// first (ties in axis order).
+    pub fn dense_axes(&self, j: u32) -> [usize; AXES] {
+        let l = self.lattice(j);
+        let mut axes = [0, 1, 2];
+        axes.sort_by_key(|&k| (l.count[k] > 1, std::cmp::Reverse(l.step[k]), k));
+        axes
     }
 
     /// The box of coordinates (half-open, per axis) a level block's slots span.

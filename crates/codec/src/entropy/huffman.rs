@@ -696,7 +696,6 @@ impl Codebook {
     }
 }
 
-#[cfg(test)]
 /// Shannon entropy of a histogram, in bits for the whole sample (0 when empty).
 pub fn entropy_bits(freq: &[u64]) -> f64 {
     let total: f64 = freq.iter().map(|&f| f as f64).sum();
