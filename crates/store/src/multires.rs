@@ -28,7 +28,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 pub const KIND: &str = "multires";
-/// Version 4 indexes choose a spline per level and store a block's symbols densest axis last,
+/// Version 4 indexes choose a spline per level, store a block's symbols densest axis last and
+/// a block of zero residuals as its table entry alone;
 /// version 3 added the axis order and anchoring, version 2 codes each level's one-sided points
 /// apart (docs/format.md 17); snapshots of every earlier version are still read.
 pub const VERSION: u64 = 4;
