@@ -1196,7 +1196,11 @@ fn parse_block<'a, T: Element>(index: &'a Index, blk: u64, bytes: &'a [u8]) -> R
     }
     let coder = book_of(&index.books, g, g.block_level(blk)).ok_or_else(|| corrupt(format!("HZ block {blk}: no codebook")))?;
     if bytes.is_empty() {
-        // Only version 4 stores a block as length 0 (`Index::read`): all zero residuals.
+        // Only version 4 stores a block as length 0 (`Index::read`): all zero residuals, which
+        // a codec stream cannot be.
+        if matches!(coder, Coder::Stream) {
+            return Err(corrupt(format!("HZ block {blk}: a codec stream stored empty")));
+        }
         let none = 0..0;
         return Ok(Stored::Levels(Parsed {
             blk,
@@ -1911,6 +1915,12 @@ mod tests {
 
     #[test]
     fn damage_is_reported() {
+        // Block 0, a codec stream, claimed empty: refused, not decoded as zero residuals.
+        let (_, _, mut index, enc) = roundtrip_in(LAYOUTS[2], &[16, 16, 16], 6, 1e-3, None);
+        index.table[0].len = 0;
+        index.table[0].crc = 0;
+        let err = read::<f64>(&index, &enc.data, index.geometry.levels(), None);
+        assert!(matches!(err, Err(CodecError::Corrupt(m)) if m.contains("stored empty")));
         let (_, _, index, enc) = roundtrip(&[16, 16, 16], 6, 1e-3, None);
         let mut bad = enc.index.clone();
         bad[20] ^= 1;
