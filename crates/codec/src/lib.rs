@@ -55,6 +55,7 @@ pub mod stages {
     pub use crate::entropy::contexts::ContextCoder;
     pub use crate::entropy::frames::zstd_compress;
     pub use crate::entropy::huffman::{entropy_bits, Codebook, Histogram};
+    pub use crate::grid::{gather, ChunkBox};
     pub use crate::predictor::lagrange;
     pub use crate::quantizer::{Quantizer, DEFAULT_RADIUS};
 }

@@ -21,7 +21,8 @@
 use crate::geometry::{Geometry, LevelBlock, AXES};
 use crate::resolution::ResolutionMap;
 use amrzip_codec::stages::{
-    crc32, entropy_bits, lagrange, put_varint, zstd_compress, Codebook, ContextCoder, Histogram, Quantizer, DEFAULT_RADIUS,
+    crc32, entropy_bits, gather, lagrange, put_varint, zstd_compress, ChunkBox, Codebook, ContextCoder, Histogram, Quantizer,
+    DEFAULT_RADIUS,
 };
 use amrzip_codec::{ByteReader, CodecError, Config, DType, Element, ErrorBound, Result};
 use rayon::prelude::*;
@@ -396,7 +397,7 @@ pub struct Index {
     books: Vec<Option<Coder>>,
     /// The spline of block 0's walked levels, then of each level after it.
     splines: Vec<Spline>,
-    /// Version 4: a level's points are visited densest axis innermost (else in C order).
+    /// Version 4: anchored layouts store a block's inner symbols in dense order (`stored_dense`).
     dense: bool,
     /// Version 2: each level's one-sided points are coded apart, under `ends` (`None`: the
     /// level has none).
@@ -622,12 +623,18 @@ fn code_level<T: Element + Sync>(coded: &[BlockSymbols<T>], gain: f64) -> Result
 }
 
 /// The spline whose residuals cost fewer bits (order-0 entropy, exact values at their size) on
-/// a sample of the points of `blocks` (of a level above block 0's), not yet coded in
+/// a sample of the points of `blocks` of `level` (above block 0's), not yet coded in
 /// `v`. A level reads only coarser ones, so the trial predicts exactly as coding will.
-fn choose_spline<T: Element>(g: &Geometry, map: Option<&ResolutionMap>, blocks: std::ops::Range<u64>, v: View<T>, eb: f64) -> Spline {
+fn choose_spline<T: Element>(
+    g: &Geometry,
+    map: Option<&ResolutionMap>,
+    level: u32,
+    blocks: std::ops::Range<u64>,
+    v: View<T>,
+    eb: f64,
+) -> Spline {
     let q = Quantizer::new(eb, DEFAULT_RADIUS);
     let blocks: Vec<u64> = blocks.collect();
-    let level = blocks.first().map_or(0, |&b| g.block_level(b));
     let every = if g.lattice(level).count.iter().product::<usize>() < SPLINE_SAMPLE_MIN { 1 } else { SPLINE_SAMPLE_PLANES };
     let cost = |spline: Spline| -> f64 {
         let how = Walk { spline, every };
@@ -705,15 +712,8 @@ fn centred_box<T: Element>(data: &[T], g: &Geometry, points: usize) -> (Vec<T>, 
     let active = n.iter().filter(|&&k| k > 1).count().max(1) as f64;
     let share = (points as f64 / data.len() as f64).powf(1.0 / active).min(1.0);
     let e: [usize; AXES] = std::array::from_fn(|k| ((n[k] as f64 * share).ceil() as usize).clamp(1, n[k]));
-    let lo: [usize; AXES] = std::array::from_fn(|k| (n[k] - e[k]) / 2);
-    let mut out = Vec::with_capacity(e.iter().product());
-    for x0 in lo[0]..lo[0] + e[0] {
-        for x1 in lo[1]..lo[1] + e[1] {
-            let row = (x0 * n[1] + x1) * n[2] + lo[2];
-            out.extend_from_slice(&data[row..row + e[2]]);
-        }
-    }
-    (out, e[AXES - g.dims()..].to_vec())
+    let b = ChunkBox { origin: (0..AXES).map(|k| (n[k] - e[k]) / 2).collect(), shape: e.to_vec() };
+    (gather(data, &n, &b), e[AXES - g.dims()..].to_vec())
 }
 
 /// `encode` with the level-wise bounds of tuning `tuning`.
@@ -769,7 +769,8 @@ fn encode_with<T: Element>(mut data: Vec<T>, g: &Geometry, map: Option<&Resoluti
             continue;
         }
         let blocks = g.level_blocks(level);
-        let spline = if level == fbl { Spline::Cubic } else { choose_spline(g, map, blocks.clone(), v, level_eb(g, level, eb, tuning)) };
+        let spline =
+            if level == fbl { Spline::Cubic } else { choose_spline(g, map, level, blocks.clone(), v, level_eb(g, level, eb, tuning)) };
         let coded: Vec<BlockSymbols<T>> =
             blocks.into_par_iter().map(|blk| code_block(blk, spline)).filter(|b| !(b.inner.is_empty() && b.ends.is_empty())).collect();
         splines.push(spline);
