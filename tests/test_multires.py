@@ -271,12 +271,13 @@ def test_bad_requests_are_refused_clearly(tmp_path):
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_snapshots_of_earlier_index_versions_still_read(version):
     # Written by earlier releases of the layout (docs/format.md 17.6): index AMRZHZ01 coded
     # every symbol of a level with one code, AMRZHZ02 had no axis order (the default's),
     # AMRZHZ03 (blocks of 2^10 points, anchored) had cubic interpolation everywhere and its
-    # blocks' symbols in C order.
+    # blocks' symbols in C order, AMRZHZ04 (the same blocks) stored them in dense order
+    # without snaking rows.
     z, y, x = np.meshgrid(np.arange(20), np.arange(24), np.arange(33), indexing="ij")
     source = np.sin(0.3 * x + 0.1 * y) * np.cos(0.2 * z) * 10 + 0.01 * x * y
     ds = amrzip.open(FIXTURES / f"multires_v{version}")

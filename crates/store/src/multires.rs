@@ -28,11 +28,12 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 pub const KIND: &str = "multires";
-/// Version 4 indexes choose a spline per level, store a block's symbols densest axis last and
-/// a block of zero residuals as its table entry alone;
+/// Version 5 indexes store a block's symbols in snake order; version 4 indexes choose a spline
+/// per level, store a block's symbols densest axis last and a block of zero residuals as its
+/// table entry alone;
 /// version 3 added the axis order and anchoring, version 2 codes each level's one-sided points
 /// apart (docs/format.md 17); snapshots of every earlier version are still read.
-pub const VERSION: u64 = 4;
+pub const VERSION: u64 = 5;
 const OLDEST_VERSION: u64 = 1;
 /// IDX blocks of 2^15 points (128 KiB of float32 before compression): region reads touch
 /// little more than their region, and a 512^3 array has 4,096 blocks.
