@@ -9,7 +9,9 @@ A. Uniform fields: the 256^3 benchmark fields (smooth3d, turbulence3d, cosmology
    turbulence and lognormal fields (generated once, cached in benches/data). Per bound: our
    ratio, the non-progressive stream's (``amrzip.compress``, ratio mode) and their quotient;
    the largest error over the bound at full, 1/8 and 1/64 resolution; bytes and time of full,
-   1/8, 1/64 and region (a 64^3 box at the centre) reads, and of a progressive read; and the
+   1/8, 1/64 and region (a 64^3 box at the centre) reads, and of a progressive read; the 1/8
+   and 1/64 subsamples compressed alone by the codec (about what an error-bounded prefix holding
+   those points can hope to take), against that fraction of the non-progressive stream; and the
    same reads from OpenVisus IDX datasets of the field (raw, zip; zfp where the package decodes
    it correctly, else marked).
 B. AMR: the Nyx-like hierarchy of ``make demo`` and every real AMR file of ../shared/data, coalesced
@@ -140,11 +142,15 @@ def uniform_section(args, out):
 
                 full_s, (full, full_bytes) = timed(lambda: read(), args.repeat)
                 errs[1] = float(np.abs(full.astype(np.float64) - a).max()) / eb
-                res_stats = {}
+                res_stats, alone = {}, {}
                 for d, frac in ((3, Fraction(1, 8)), (6, Fraction(1, 64))):
                     sec, (part, nbytes) = timed(lambda: read(frac), args.repeat)
-                    errs[frac.denominator] = float(np.abs(part.astype(np.float64) - mr.subsample(a, Fraction(1, 2**d))).max()) / eb
+                    sub = mr.subsample(a, Fraction(1, 2**d))
+                    errs[frac.denominator] = float(np.abs(part.astype(np.float64) - sub).max()) / eb
                     res_stats[frac.denominator] = (sec, nbytes)
+                    # The same points compressed alone by the codec: about what an error-bounded
+                    # prefix holding them can hope to take.
+                    alone[frac.denominator] = len(amrzip.compress(np.ascontiguousarray(sub), abs=eb, threads=args.threads))
                 region_s, (part, region_bytes) = timed(lambda: read(1, centre), args.repeat)
                 assert np.array_equal(part, full[tuple(slice(*r) for r in centre)])
                 ds = amrzip.open(store, threads=args.threads)
@@ -161,10 +167,11 @@ def uniform_section(args, out):
                 r8, r64 = res_stats[8], res_stats[64]
                 reads.append([name, f"{rel:g}", fmt(meta / 1e3, ".1f"), fmt(full_s * 1e3, ".1f"), fmt(r8[0] * 1e3, ".2f"), fmt(r64[0] * 1e3, ".2f"),
                               fmt(full_s / r64[0], ".0f"), fmt(r8[1] / (full_bytes / 8), ".2f"), fmt(r64[1] / (full_bytes / 64), ".2f"),
+                              f"{alone[8] / (len(stream) / 8):.2f} / {alone[64] / (len(stream) / 64):.2f}",
                               fmt(region_s * 1e3, ".2f"), fmt(region_bytes / full_bytes, ".3f"), fmt(prog_bytes / full_bytes, ".3f")])
                 out["uniform"].append({"field": name, "rel": rel, "raw": raw, "stored": stored, "flat_ratio": flat_ratio, "errors": errs,
                                        "write_s": write_s, "flat_s": flat_s, "full_s": full_s, "full_bytes": full_bytes,
-                                       "r8": r8, "r64": r64, "region": (region_s, region_bytes), "progressive": (prog_s, prog_bytes), "metadata": meta,
+                                       "r8": r8, "r64": r64, "alone": alone, "flat_bytes": len(stream), "region": (region_s, region_bytes), "progressive": (prog_s, prog_bytes), "metadata": meta,
                                        "level_bytes": levels})
                 shutil.rmtree(store)
                 print(f"  {name} rel {rel:g}: ratio {raw / stored:.1f}", file=sys.stderr)
@@ -192,7 +199,7 @@ def uniform_section(args, out):
                           "HZ write MB/s", "non-progressive write MB/s"], rows))
     print("\n## A. Uniform fields: reads (ms, warm; data bytes as multiples of that fraction of a full read's)\n")
     print(markdown_table(["field", "rel", "metadata kB (read at open)", "full", "1/8", "1/64", "full / 1/64 time", "1/8 bytes / (full/8)", "1/64 bytes / (full/64)",
-                          "64^3 region", "region bytes / full", "progressive bytes / full"], reads))
+                          "alone: 1/8 / 1/64 (subsample compressed by itself, over that fraction of the stream)", "64^3 region", "region bytes / full", "progressive bytes / full"], reads))
     if peers:
         print("\n## A. OpenVisus IDX of the same fields (lossless raw and zip; zfp)\n")
         print(markdown_table(["field", "IDX", "ratio", "write MB/s", "full ms", "1/8 ms", "1/64 ms", "64^3 region ms", "values"], peers))
