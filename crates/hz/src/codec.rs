@@ -479,7 +479,7 @@ enum SymbolOrder {
     Dense,
     /// As `Dense`, every other row and every other plane reversed, so that a row's first
     /// symbols follow its neighbour row's last instead of the far end of it (version 5; on the
-    /// 256^3 lognormal benchmark field at 1e-4, the finest levels took 3.4% less than in `Dense`
+    /// cosmology benchmark field at 1e-4, the finest levels took 3.4% less than in `Dense`
     /// order, about what cutting the level into blocks had cost against one run over it).
     Snake,
 }
@@ -1073,7 +1073,7 @@ impl Index {
         let mut end = 0u64;
         for blk in stored {
             let len = if version >= 4 { r.bounded_varint(u32::MAX as u64, "HZ block length")? as u32 } else { r.u32("HZ block length")? };
-            // Version 4: a block of zero residuals alone is stored as length 0, nothing else.
+            // From version 4, a block of zero residuals alone is stored as length 0, nothing else.
             let zero = version >= 4 && len == 0;
             let crc = if zero { 0 } else { r.u32("HZ block checksum")? };
             if len == 0 && !zero {
@@ -1240,8 +1240,8 @@ fn parse_block<'a, T: Element>(index: &'a Index, blk: u64, bytes: &'a [u8]) -> R
     }
     let coder = book_of(&index.books, g, g.block_level(blk)).ok_or_else(|| corrupt(format!("HZ block {blk}: no codebook")))?;
     if bytes.is_empty() {
-        // Only version 4 stores a block as length 0 (`Index::read`): all zero residuals, which
-        // a codec stream cannot be.
+        // Only versions 4 and 5 store a block as length 0 (`Index::read`): all zero residuals,
+        // which a codec stream cannot be.
         if matches!(coder, Coder::Stream) {
             return Err(corrupt(format!("HZ block {blk}: a codec stream stored empty")));
         }
