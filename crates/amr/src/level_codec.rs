@@ -41,6 +41,10 @@ pub trait Spread<T>: Pool {
     fn fetch(&self, tiling: &Tiling, picked: &[usize]) -> Vec<Block<T>>;
 }
 
+/// Chunks predicted together (see `BlockSetEncoder::predict_sets`): enough that chunks of one
+/// unit block fill the fitted walk's lanes twice, few enough to hold little beside the level.
+const PREDICT_BATCH: usize = 8;
+
 /// Sums per-chunk errors in order, as `LevelStreams::error` does.
 pub fn sum_errors(errors: impl IntoIterator<Item = (f64, u64)>) -> (f64, u64) {
     errors.into_iter().fold((0.0, 0), |(s, n), (a, b)| (s + a, n + b))
@@ -73,14 +77,20 @@ pub fn compress_level<T: Element>(
     let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, true, spread)?.measuring(measure);
     // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes (in ratio
     // mode, their context model) wait for the shared tables.
-    let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = (0..plan.chunks().len())
-        .into_par_iter()
-        .map(|k| {
-            let blocks = plan.gather(k);
-            let counts = BlockCounts::of(&blocks);
-            Ok((!blocks.is_empty()).then_some((encoder.predict(&blocks)?, counts)))
+    // A few chunks at a time, so that their whole blocks fill the fitted walk's lanes.
+    let chunks: Vec<usize> = (0..plan.chunks().len()).collect();
+    let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = chunks
+        .par_chunks(PREDICT_BATCH)
+        .map(|batch| {
+            let gathered: Vec<Vec<Block<T>>> = batch.par_iter().map(|&k| plan.gather(k)).collect();
+            let counts: Vec<BlockCounts> = gathered.iter().map(|b| BlockCounts::of(b)).collect();
+            let sets = encoder.predict_sets(&gathered)?;
+            Ok(sets.into_iter().zip(counts).map(|(set, c)| (c.blocks > 0).then_some((set, c))).collect::<Vec<_>>())
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     let mut indices = Vec::new();
     let mut sets = Vec::new();
     let mut counts = BlockCounts::default();
@@ -277,17 +287,29 @@ pub fn trial_layouts<T: Element>(
     let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, false, None)?.measuring(measure);
     // (lattice index, prediction) of every block, gathered chunk by chunk, and their counts.
     type Chunk<T> = (Vec<(Vec<i64>, PredictedBlock<T>)>, BlockCounts);
-    let predicted: Vec<Chunk<T>> = plan
-        .chunks()
-        .par_iter()
-        .enumerate()
-        .map(|(k, (c, _))| {
-            let blocks = plan.gather(k);
-            let p =
-                blocks.par_iter().map(|b| encoder.predict_block(b).map(|p| (tiling.block_at(c, b.position), p))).collect::<Result<_>>()?;
-            Ok((p, BlockCounts::of(&blocks)))
+    let chunks: Vec<usize> = (0..plan.chunks().len()).collect();
+    let predicted: Vec<Chunk<T>> = chunks
+        .par_chunks(PREDICT_BATCH)
+        .map(|batch| {
+            let gathered: Vec<Vec<Block<T>>> = batch.par_iter().map(|&k| plan.gather(k)).collect();
+            let all: Vec<&Block<T>> = gathered.iter().flatten().collect();
+            let mut p = encoder.predict_blocks(&all)?.into_iter();
+            Ok(batch
+                .iter()
+                .zip(&gathered)
+                .map(|(&k, blocks)| {
+                    let c = &plan.chunks()[k].0;
+                    (
+                        blocks.iter().map(|b| (tiling.block_at(c, b.position), p.next().expect("a prediction a block"))).collect(),
+                        BlockCounts::of(blocks),
+                    )
+                })
+                .collect::<Vec<_>>())
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     let mut counts = BlockCounts::default();
     let mut lattice = Vec::new();
     let mut slots: Vec<Option<PredictedBlock<T>>> = Vec::new();
@@ -407,6 +429,29 @@ pub fn decode_blocks<T: Element>(idx: &[i64], bytes: &[u8], tables: &SharedTable
     }
     let codebook = tables.get(blockset::info(bytes)?.codebook_index, idx)?;
     blockset::decode(bytes, codebook, &tiling.unit, eb, tiling.block_count())
+}
+
+/// `decode_blocks` of several chunks at once, each result its own: their whole blocks share
+/// the fitted walk's lanes (see `blockset::decode_sets`).
+pub fn decode_blocks_many<T: Element>(
+    chunks: &[(&[i64], &[u8])],
+    tables: &SharedTables,
+    tiling: &Tiling,
+    eb: f64,
+) -> Vec<Result<Vec<Block<T>>>> {
+    let books: Vec<Result<&SharedCodebook>> = chunks
+        .iter()
+        .map(|&(idx, bytes)| {
+            if idx.len() != tiling.ndim() {
+                return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
+            }
+            tables.get(blockset::info(bytes)?.codebook_index, idx)
+        })
+        .collect();
+    let sets: Vec<(&[u8], &SharedCodebook)> =
+        chunks.iter().zip(&books).filter_map(|(&(_, bytes), book)| book.as_ref().ok().map(|&b| (bytes, b))).collect();
+    let mut decoded = blockset::decode_sets(&sets, &tiling.unit, eb, tiling.block_count()).into_iter();
+    books.into_iter().map(|book| book.and_then(|_| decoded.next().expect("a result per set"))).collect()
 }
 
 /// One stored chunk decoded over its whole extent (C order; cells it does not store are NaN).

@@ -12,7 +12,7 @@ pub mod unit_blocks;
 
 pub use boxes::IBox;
 pub use level_codec::{
-    choose_predictor, compress_level, decode_blocks, decode_chunk, decode_chunks, decode_region, trial_layouts, Keep, LevelStreams,
-    SharedTables, Spread, Trial,
+    choose_predictor, compress_level, decode_blocks, decode_blocks_many, decode_chunk, decode_chunks, decode_region, trial_layouts, Keep,
+    LevelStreams, SharedTables, Spread, Trial,
 };
 pub use unit_blocks::{BoxView, ChunkPlan, Layout, Tiling};

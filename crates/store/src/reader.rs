@@ -16,7 +16,7 @@ use crate::shard;
 use crate::store::{SnapshotEntry, SnapshotKind, Store};
 use amrzip_amr::boxes::for_each_cell;
 use amrzip_amr::unit_blocks::scatter;
-use amrzip_amr::{decode_blocks, IBox, SharedTables, Tiling};
+use amrzip_amr::{decode_blocks_many, IBox, SharedTables, Tiling};
 use amrzip_codec::blockset::{self, Block};
 use amrzip_codec::{DType, Element};
 use rayon::prelude::*;
@@ -27,6 +27,9 @@ use std::sync::{Arc, Mutex};
 
 /// Decoded chunks kept per open snapshot.
 pub const CACHE_BYTES: usize = 256 << 20;
+/// Chunks a read decodes together (see `Snapshot::decode_checked`): chunks of one unit block
+/// fill the fitted walk's lanes twice.
+const DECODE_BATCH: usize = 8;
 
 /// What reads put in covered cells (those a finer level refines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,12 +475,12 @@ impl Snapshot {
         }
         let wanted: Vec<Vec<i64>> = missing.iter().map(|&k| indices[k].clone()).collect();
         let decode = || -> Result<Vec<Option<Vec<T>>>> {
-            let stored = self.fetch(level, field, &a, &wanted)?;
+            let blocks = self.fetch_decoded::<T>(level, field, &a, &wanted)?;
             wanted
                 .par_iter()
-                .zip(stored.par_iter())
-                .map(|(idx, bytes)| -> Result<Option<Vec<T>>> {
-                    let Some(blocks) = self.decode_checked::<T>(level, field, &a, idx, bytes.as_deref())? else { return Ok(None) };
+                .zip(blocks)
+                .map(|(idx, blocks)| -> Result<Option<Vec<T>>> {
+                    let Some(blocks) = blocks else { return Ok(None) };
                     let lo: Vec<i64> = (0..idx.len()).map(|d| a.tiling.origin[d] + idx[d] * a.tiling.chunk[d] as i64).collect();
                     let hi: Vec<i64> = lo.iter().zip(&a.tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
                     let mut values = nan::<T>(a.tiling.chunk.iter().product())?;
@@ -510,31 +513,60 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Chunk `idx` of a field (its stored bytes, None where absent) decoded into unit blocks and
-    /// checked against the cells the boxes store there; None where it stores none.
+    /// Chunks `idxs` of a field fetched and decoded (see `decode_checked`), `DECODE_BATCH` at a
+    /// time, the batches in parallel.
+    fn fetch_decoded<T: Value>(&self, level: usize, field: usize, a: &FieldArray, idxs: &[Vec<i64>]) -> Result<Vec<Option<Vec<Block<T>>>>> {
+        let stored = self.fetch(level, field, a, idxs)?;
+        let decoded = idxs
+            .par_chunks(DECODE_BATCH)
+            .zip(stored.par_chunks(DECODE_BATCH))
+            .map(|(idxs, bytes)| self.decode_checked::<T>(level, field, a, idxs, bytes))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(decoded.into_iter().flatten().collect())
+    }
+
+    /// Chunks `idxs` of a field (their stored bytes, None where absent) decoded into unit blocks
+    /// and checked against the cells the boxes store there; None where a chunk stores none.
+    /// Decoded together, so that their whole blocks share the fitted walk's lanes.
     fn decode_checked<T: Value>(
         &self,
         level: usize,
         field: usize,
         a: &FieldArray,
-        idx: &[i64],
-        bytes: Option<&[u8]>,
-    ) -> Result<Option<Vec<Block<T>>>> {
+        idxs: &[Vec<i64>],
+        bytes: &[Option<Vec<u8>>],
+    ) -> Result<Vec<Option<Vec<Block<T>>>>> {
         let geometry = &self.geometry[level];
-        let Some(bytes) = bytes else {
-            if geometry.chunk_mask(&a.tiling, idx).is_some() {
-                return Err(corrupt!("{}: missing (the boxes store cells in it)", self.describe(level, field, idx)));
+        let mut present = Vec::with_capacity(idxs.len());
+        for (k, (idx, bytes)) in idxs.iter().zip(bytes).enumerate() {
+            let Some(bytes) = bytes else {
+                if geometry.chunk_mask(&a.tiling, idx).is_some() {
+                    return Err(corrupt!("{}: missing (the boxes store cells in it)", self.describe(level, field, idx)));
+                }
+                continue;
+            };
+            let book = blockset::info(bytes).map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?.codebook_index as usize;
+            if !a.codec.tables.contains(&book) {
+                return Err(corrupt!("{}: codes with tables {book}, not the field's (misplaced)", self.describe(level, field, idx)));
             }
-            return Ok(None);
-        };
-        let book = blockset::info(bytes).map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?.codebook_index as usize;
-        if !a.codec.tables.contains(&book) {
-            return Err(corrupt!("{}: codes with tables {book}, not the field's (misplaced)", self.describe(level, field, idx)));
+            present.push((k, &idx[..], &bytes[..]));
         }
-        let blocks = decode_blocks::<T>(idx, bytes, &a.tables, &a.tiling, a.codec.eb)
-            .map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?;
-        geometry.check_blocks(&a.tiling, idx, &blocks).map_err(|e| corrupt!("{}: {e}", self.describe(level, field, idx)))?;
-        Ok(Some(blocks))
+        let chunks: Vec<(&[i64], &[u8])> = present.iter().map(|&(_, idx, bytes)| (idx, bytes)).collect();
+        let decoded = decode_blocks_many::<T>(&chunks, &a.tables, &a.tiling, a.codec.eb);
+        let checked: Vec<(usize, Vec<Block<T>>)> = present
+            .par_iter()
+            .zip(decoded)
+            .map(|(&(k, idx, _), blocks)| {
+                let blocks = blocks.map_err(|e| Error::from(e).within(self.describe(level, field, idx)))?;
+                geometry.check_blocks(&a.tiling, idx, &blocks).map_err(|e| corrupt!("{}: {e}", self.describe(level, field, idx)))?;
+                Ok((k, blocks))
+            })
+            .collect::<Result<_>>()?;
+        let mut out: Vec<Option<Vec<Block<T>>>> = (0..idxs.len()).map(|_| None).collect();
+        for (k, blocks) in checked {
+            out[k] = Some(blocks);
+        }
+        Ok(out)
     }
 
     /// Every box of field `field` on `level` and each finer level (`[level - first][box]`, C
@@ -561,12 +593,7 @@ impl Snapshot {
         let at: HashMap<&[i64], usize> = indices.iter().enumerate().map(|(k, idx)| (&idx[..], k)).collect();
         let node = &self.meta.node;
         let work = || -> Result<Vec<Vec<T>>> {
-            let stored = self.fetch(level, field, &a, &indices)?;
-            let blocks: Vec<Option<Vec<Block<T>>>> = indices
-                .par_iter()
-                .zip(stored.par_iter())
-                .map(|(idx, bytes)| self.decode_checked::<T>(level, field, &a, idx, bytes.as_deref()))
-                .collect::<Result<_>>()?;
+            let blocks = self.fetch_decoded::<T>(level, field, &a, &indices)?;
             lev.boxes
                 .par_iter()
                 .map(|b| -> Result<Vec<T>> {
