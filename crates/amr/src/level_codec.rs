@@ -424,11 +424,7 @@ impl SharedTables {
 
 /// The unit blocks of one stored chunk, by position.
 pub fn decode_blocks<T: Element>(idx: &[i64], bytes: &[u8], tables: &SharedTables, tiling: &Tiling, eb: f64) -> Result<Vec<Block<T>>> {
-    if idx.len() != tiling.ndim() {
-        return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
-    }
-    let codebook = tables.get(blockset::info(bytes)?.codebook_index, idx)?;
-    blockset::decode(bytes, codebook, &tiling.unit, eb, tiling.block_count())
+    decode_blocks_many(&[(idx, bytes)], tables, tiling, eb).pop().expect("a result a chunk")
 }
 
 /// `decode_blocks` of several chunks at once, each result its own: their whole blocks share

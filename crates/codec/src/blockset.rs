@@ -933,8 +933,9 @@ pub fn decode<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &[usize
     decode_sets(&[(bytes, codebook)], unit, eb, max_position).pop().expect("one result a set")
 }
 
-/// A set's blocks decoded, and its whole fitted blocks left for `decode_sets` to walk.
-type Split<T> = (Vec<Block<T>>, Vec<Deferred<T>>);
+/// A set's blocks decoded, its symbols, and its whole fitted blocks left for `decode_sets` to
+/// walk.
+type Split<T> = (Vec<Block<T>>, Vec<u16>, Vec<Deferred<T>>);
 
 /// A block's values ready for a predictor and its non-finite values kept apart (`marked`).
 type Marked<'a, T> = (Cow<'a, [T]>, Vec<(usize, T)>);
@@ -942,10 +943,11 @@ type Marked<'a, T> = (Cow<'a, [T]>, Vec<(usize, T)>);
 /// A deferred block and the set it belongs to.
 type Owned<T> = (usize, Deferred<T>);
 
-/// A whole fitted block of a set, its symbols decoded, its walk left to `decode_sets`.
+/// A whole fitted block of a set, its symbols decoded (from `start` in the set's), its walk left
+/// to `decode_sets`.
 struct Deferred<T> {
     position: u64,
-    symbols: Vec<u16>,
+    start: usize,
     exact: Vec<T>,
     patches: Vec<(usize, T)>,
 }
@@ -1080,17 +1082,21 @@ fn decode_deferring<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &
     let deferred = fitted
         .iter()
         .map(|&k| {
-            let (position, _, _, parts) = &heads[k];
-            let symbols = symbols[starts[k]..starts[k] + counts[k]].to_vec();
+            let (position, _, _, parts) = &mut heads[k];
             // Checked here, where a fault can be put down to its set.
-            let unpredictable = predictor::count_zeros(&symbols);
+            let unpredictable = predictor::count_zeros(&symbols[starts[k]..starts[k] + counts[k]]);
             if unpredictable != parts.exact.len() {
                 return Err(corrupt!("{unpredictable} unpredictable symbols but {} stored values", parts.exact.len()));
             }
-            Ok(Deferred { position: *position, symbols, exact: parts.exact.clone(), patches: parts.patches.clone() })
+            Ok(Deferred {
+                position: *position,
+                start: starts[k],
+                exact: std::mem::take(&mut parts.exact),
+                patches: std::mem::take(&mut parts.patches),
+            })
         })
         .collect::<Result<_>>()?;
-    Ok((blocks, deferred))
+    Ok((blocks, symbols, deferred))
 }
 
 /// `decode` of several block sets (`(bytes, codebook)`), each result its own: whole fitted
@@ -1107,7 +1113,7 @@ pub fn decode_sets<T: Element>(
     // Per codebook, the deferred blocks of its sets: (set, block).
     let mut by_book: Vec<(&SharedCodebook, Vec<Owned<T>>)> = Vec::new();
     for (i, p) in parsed.iter_mut().enumerate() {
-        if let Ok((_, deferred)) = p {
+        if let Ok((_, _, deferred)) = p {
             if deferred.is_empty() {
                 continue;
             }
@@ -1122,7 +1128,13 @@ pub fn decode_sets<T: Element>(
             by_book[at].1.extend(std::mem::take(deferred).into_iter().map(|d| (i, d)));
         }
     }
-    let Ok(q) = checked_quantizer(eb) else { return parsed.into_iter().map(|p| p.map(|(blocks, _)| blocks)).collect() };
+    // Every set has failed on a bad bound already.
+    let Ok(q) = checked_quantizer(eb) else { return parsed.into_iter().map(|p| p.map(|(blocks, ..)| blocks)).collect() };
+    let n: usize = unit.iter().product();
+    let symbols = |i: usize, x: &Deferred<T>| match &parsed[i] {
+        Ok((_, symbols, _)) => &symbols[x.start..x.start + n],
+        Err(_) => unreachable!("only decoded sets defer blocks"),
+    };
     let mut walked: Vec<Vec<Block<T>>> = (0..sets.len()).map(|_| Vec::new()).collect();
     let mut failed: Vec<Option<CodecError>> = (0..sets.len()).map(|_| None).collect();
     for (book, deferred) in &by_book {
@@ -1132,8 +1144,8 @@ pub fn decode_sets<T: Element>(
         };
         let walk = |group: &[Owned<T>]| -> Vec<(usize, Result<Block<T>>)> {
             let done = match group {
-                [a, b, c, d] => fitted::decode_lanes([a, b, c, d].map(|(_, x)| (&x.symbols[..], &x.exact[..])), &q, walker).map(Vec::from),
-                _ => group.iter().map(|(_, x)| fitted::decode(&q, &x.symbols, &x.exact, walker, None, true)).collect(),
+                [a, b, c, d] => fitted::decode_lanes([a, b, c, d].map(|(i, x)| (symbols(*i, x), &x.exact[..])), &q, walker).map(Vec::from),
+                _ => group.iter().map(|(i, x)| fitted::decode(&q, symbols(*i, x), &x.exact, walker, None, true)).collect(),
             };
             match done {
                 Ok(values) => group
@@ -1162,7 +1174,7 @@ pub fn decode_sets<T: Element>(
             if let Some(e) = failed {
                 return Err(e);
             }
-            let (mut blocks, _) = p?;
+            let (mut blocks, ..) = p?;
             if !walked.is_empty() {
                 blocks.append(&mut walked);
                 blocks.sort_by_key(|b| b.position);
