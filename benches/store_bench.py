@@ -4,6 +4,7 @@ time, every byte the store takes, its allocated blocks (`du`) and its file count
     .venv/bin/python benches/store_bench.py                      # default: ../baseline (its .venv) against this build
     .venv/bin/python benches/store_bench.py --baseline DIR|PYTHON --json benches/data/store.json
     .venv/bin/python benches/store_bench.py --quick              # smoke run (~20 s): small Nyx, two files, one bound
+    .venv/bin/python benches/store_bench.py --parts files --plotfile   # the real files and the Nyx-like plotfile
 
 Each build runs in processes of its own, with its own Python (``--baseline`` names a checkout with a ``.venv`` or a
 Python executable; this build is the Python running the script), on the same inputs.  The builds take turns
@@ -22,7 +23,9 @@ Parts:
 - **files**: every real file of ``../shared/data`` that ``amrzip.read`` reads (each build's own reader), at each
   ``--bounds`` (rel): ``amrzip.write(amrzip.read(file), ...)`` (boxes loaded by the reader as the writer asks, from
   the page cache), then on fresh opens every box of every level and field, and one box (the middle box of the finest
-  level, first field).
+  level, first field).  With ``--plotfile``, also the demo's Nyx-like hierarchy as an AMReX plotfile (written by this
+  build's ``write_plotfile`` under ``benches/data/``): its boxes are views into memory-mapped FAB files, most of them
+  misaligned, as the boxes of a simulation's plotfile are.
 
 Throughput is ``original bytes`` (the summary's ``original_bytes``: every cell of every box, covered ones included,
 in the source dtype; the same for both builds) per second of wall-clock time.  Sizes: **reported** is the summary's
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,6 +113,20 @@ def make_nyx_cache(n: int) -> None:
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, spec=np.frombuffer(json.dumps(spec).encode(), dtype=np.uint8), **arrays)
     os.replace(tmp, path)
+
+
+def nyx_plotfile(n: int) -> Path:
+    """The cached Nyx-like hierarchy as an AMReX plotfile, written by this build (made once)."""
+    from amrzip.formats.plotfile import write_plotfile
+
+    path = CACHE / f"store_bench_nyx_n{n}_plotfile"
+    if not path.exists():
+        make_nyx_cache(n)
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_plotfile(load_nyx(n), tmp)
+        os.replace(tmp, path)
+    return path
 
 
 def load_nyx(n: int):
@@ -286,6 +304,8 @@ def main(argv=None) -> int:
                    help="the other build: a checkout with a .venv, or its Python (default ../baseline)")
     p.add_argument("--parts", default="demo,files", help="comma list of demo, files (default both)")
     p.add_argument("--files", help="comma list of file path prefixes under ../shared/data (default all that read)")
+    p.add_argument("--plotfile", action="store_true",
+                   help="files part: also the Nyx-like hierarchy as an AMReX plotfile (written by this build, cached)")
     p.add_argument("--bounds", help="rel bounds for the files part (default 1e-4,1e-2; --quick: 1e-2)")
     p.add_argument("--rounds", type=int, help="processes per build and part, taking turns (default 6)")
     p.add_argument("--repeat", type=int, help="timed runs per case and process (default 1 demo, 3 files)")
@@ -305,6 +325,9 @@ def main(argv=None) -> int:
     if args.files:
         files = [f for f in FILES if any(f.startswith(s) for s in args.files.split(","))]
     n = 32 if args.quick else 64
+    if args.plotfile:
+        # Its boxes are views into memory-mapped FAB files, as a simulation's plotfile gives them.
+        files = [*files, str(nyx_plotfile(n))]
     builds = {"old": str(baseline_python(args.baseline)), "new": sys.executable}
     load_start = os.getloadavg()
     t0 = time.perf_counter()
@@ -371,7 +394,8 @@ def main(argv=None) -> int:
                              f"{sizes['new']['all_bytes'] / sizes['old']['all_bytes']:.3f}", f"{sizes['new']['du'] / sizes['old']['du']:.3f}"])
     if "files" in parts:
         d = raw["parts"]["files"]
-        print(f"## Real files (../shared/data), {d['rounds']} rounds x {d['repeat']} runs per build\n")
+        also = " and the Nyx-like plotfile" if args.plotfile else ""
+        print(f"## Real files (../shared/data){also}, {d['rounds']} rounds x {d['repeat']} runs per build\n")
         errors = {b: {k: c["error"] for k, c in d[b][0]["cases"].items() if "error" in c} for b in ("old", "new")}
         cases = [k for k in d["new"][0]["cases"] if k in d["old"][0]["cases"] and "error" not in d["new"][0]["cases"][k]
                  and "error" not in d["old"][0]["cases"][k]]
@@ -422,7 +446,7 @@ def main(argv=None) -> int:
             for k, e in errors[b].items():
                 print(f"- {b} build does not read {k}: {e}")
         print()
-        summary_rows.append([f"real files, geomean of {len(cases)} cases", f"{geomean(agg['write']):.2f} "
+        summary_rows.append([f"real files{' and plotfile' if args.plotfile else ''}, geomean of {len(cases)} cases", f"{geomean(agg['write']):.2f} "
                              f"({min(agg['write']):.2f}-{max(agg['write']):.2f})", "",
                              f"{geomean(agg['read_all']):.2f} ({min(agg['read_all']):.2f}-{max(agg['read_all']):.2f})",
                              f"{geomean(agg['box']):.2f} ({min(agg['box']):.2f}-{max(agg['box']):.2f})",

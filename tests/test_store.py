@@ -3,6 +3,7 @@ region reads touching only their chunks, atomic snapshots, clear errors on damag
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -266,6 +267,53 @@ def test_box_arrays_of_any_layout_and_byte_order_are_taken_and_wrong_shapes_refu
     with pytest.raises(ValueError, match=r"level 1 field .u. box 0: data of shape \["):
         amrzip.write(Hierarchy.from_arrays(levels, prob_lo=h.prob_lo, prob_hi=h.prob_hi), tmp_path / "bad2", rel=1e-3)
     assert not (tmp_path / "bad2").exists() or not list((tmp_path / "bad2").glob("*.zarr.zip"))
+
+
+def test_box_arrays_that_are_views_of_one_buffer_are_taken_as_they_are(tmp_path):
+    # As a memory-mapped plotfile gives them: every box of a (level, field) a view of one buffer.
+    h = two_level()
+    ref = amrzip.write(h, tmp_path / "ref", rel=1e-3)
+    levels, buffers = [], []
+    for lev in h.levels:
+        data = {}
+        for f in h.fields:
+            boxes = [np.asarray(lev.box_data(f, i)) for i in range(lev.num_boxes)]
+            buf = np.empty(sum(b.size for b in boxes))
+            views, at = [], 0
+            for b in boxes:
+                view = buf[at:at + b.size].reshape(b.shape, order="F")
+                view[...] = b
+                views.append(view)
+                at += b.size
+            assert all(v.base is buf for v in views)
+            data[f] = views
+            buffers.append((buf, buf.copy()))
+        levels.append({"boxes": lev.boxes, "data": data, "ref_ratio": lev.ref_ratios, "domain": lev.domain})
+    viewed = Hierarchy.from_arrays(levels, prob_lo=h.prob_lo, prob_hi=h.prob_hi, time=h.time, step=h.step)
+    out = amrzip.write(viewed, tmp_path / "views", rel=1e-3, threads=2)
+    assert out["stored_bytes"] == ref["stored_bytes"]
+    assert_round_trip(h, amrzip.open(tmp_path / "views"))
+    assert all(np.array_equal(buf, before) for buf, before in buffers)
+
+
+def test_memory_mapped_plotfile_boxes_write_as_in_memory(tmp_path):
+    # A plotfile's boxes are views into its memory-mapped FAB files, most of them misaligned
+    # (each FAB's values follow a text header): the writer copies those itself.
+    from amrzip.formats.plotfile import write_plotfile
+
+    h = two_level(n=16)
+    write_plotfile(h, tmp_path / "plt")
+    mapped = amrzip.read(tmp_path / "plt")
+    arrays = [a for L in range(mapped.num_levels) for f in mapped.fields for a in mapped.level(L).field_data(f)]
+    assert any(not a.flags.aligned for a in arrays)
+    # The same hierarchy (and source) with every box copied to aligned memory.
+    copies = {(L, f): [np.array(a) for a in mapped.level(L).field_data(f)] for L in range(mapped.num_levels) for f in mapped.fields}
+    levels = [dataclasses.replace(lev, loader=lambda f, i, L=L: copies[(L, f)][i]) for L, lev in enumerate(mapped.levels)]
+    ref = amrzip.write(dataclasses.replace(mapped, levels=levels), tmp_path / "ref", rel=1e-3, threads=1)
+    for threads in (1, 2):
+        out = amrzip.write(mapped, tmp_path / f"mapped{threads}", rel=1e-3, threads=threads)
+        assert out["stored_bytes"] == ref["stored_bytes"]
+        assert_round_trip(h, amrzip.open(tmp_path / f"mapped{threads}"))
 
 
 def test_snapshots_are_atomic_and_never_overwritten(tmp_path):

@@ -180,7 +180,7 @@ fn write_multires_hierarchy<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let spec = self::spec(spec)?;
     let attrs = attributes(attributes_json)?;
-    let source = PySource::new(&spec, boxes, convert, None);
+    let source = PySource::new(&spec, boxes, convert, None, threads);
     let result = py.detach(|| {
         let mut next = |i: usize| -> store::Result<FieldInput> {
             if let Some(cb) = &progress {

@@ -8,11 +8,12 @@ use amrzip_codec::{DType, PredictorKind, Preset};
 use amrzip_store::metadata::{dtype_name, BoundMode};
 use amrzip_store::zarr_codec::{ChunkValues, ZarrCodec};
 use amrzip_store::{self as store, Covered, ErrorKind};
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileExistsError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
+use rayon::prelude::*;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -112,16 +113,62 @@ fn options(o: &Bound<'_, PyDict>) -> PyResult<store::WriteOptions> {
     })
 }
 
-/// A box array borrowed for the call.
+/// A box array held for the call. Not a numpy read-only borrow: the borrow checker keeps every
+/// borrowed view of one base array in a list it scans on each borrow, and a level's boxes are
+/// often views of one buffer (a memory-mapped plotfile, a level array cut into boxes), which
+/// made borrowing them quadratic (8,000 views of one array: 0.33 s against 0.06 s for copies).
+/// The writer only reads them, and holds them until it returns.
 enum Borrowed<'py> {
-    F32(PyReadonlyArrayDyn<'py, f32>),
-    F64(PyReadonlyArrayDyn<'py, f64>),
+    F32(Bound<'py, PyArrayDyn<f32>>),
+    F64(Bound<'py, PyArrayDyn<f64>>),
+}
+
+impl Borrowed<'_> {
+    /// Where the values start and how many there are, when that start is not aligned for their
+    /// type (`as_slice` cannot give them then).
+    fn misaligned(&self) -> Option<(usize, usize)> {
+        let (at, n, align) = match self {
+            Borrowed::F32(a) => (a.data() as usize, a.len(), std::mem::align_of::<f32>()),
+            Borrowed::F64(a) => (a.data() as usize, a.len(), std::mem::align_of::<f64>()),
+        };
+        (!at.is_multiple_of(align)).then_some((at, n))
+    }
+}
+
+/// A misaligned box array's values, copied aligned. Memory-mapped plotfiles give such arrays
+/// (a FAB's values follow a text header of any length). Copied by numpy one by one through
+/// `convert`, under the GIL, they held a two-thread write from a plotfile to one thread's speed
+/// (a 128^3 Nyx-like plotfile in the `speed` preset: 2.05 s either way); copied here, on the
+/// write's threads, two threads take 1.30 s.
+enum Copied {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Copied {
+    /// # Safety
+    /// `at` holds `n` values of `dtype`, at any alignment, not written meanwhile.
+    unsafe fn of(dtype: DType, (at, n): (usize, usize)) -> Copied {
+        unsafe fn copy<T>(at: usize, n: usize) -> Vec<T> {
+            let mut v = Vec::<T>::with_capacity(n);
+            unsafe {
+                std::ptr::copy_nonoverlapping(at as *const u8, v.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
+                v.set_len(n);
+            }
+            v
+        }
+        match dtype {
+            DType::F32 => Copied::F32(unsafe { copy(at, n) }),
+            DType::F64 => Copied::F64(unsafe { copy(at, n) }),
+        }
+    }
 }
 
 /// Box values from a Python function `boxes(level, field) -> list of arrays`, called with the
-/// GIL held; the arrays stay borrowed while the writer works on them without it. An array that
-/// is not of the field's dtype in native byte order, aligned and C- or Fortran-contiguous is
-/// passed through `convert(array, field)` first; every array must have its box's shape. An
+/// GIL held; the arrays stay held while the writer works on them without it. An array that is
+/// not of the field's dtype in native byte order and C- or Fortran-contiguous is passed through
+/// `convert(array, field)` first (a misaligned one is copied, see `Copied`); every array must
+/// have its box's shape. An
 /// exception either raises is kept to be raised again, and stops the write.
 pub(crate) struct PySource {
     boxes: Py<PyAny>,
@@ -130,12 +177,20 @@ pub(crate) struct PySource {
     names: Vec<String>,
     /// Per level, the shape of each box.
     shapes: Vec<Vec<Vec<usize>>>,
+    /// The write's threads (misaligned arrays are copied on them).
+    threads: Option<usize>,
     raised: Mutex<Option<PyErr>>,
 }
 
 impl PySource {
     /// The boxes of `spec` this rank holds (all of them when `rank` is None).
-    pub(crate) fn new(spec: &store::SnapshotSpec, boxes: Py<PyAny>, convert: Py<PyAny>, rank: Option<i64>) -> PySource {
+    pub(crate) fn new(
+        spec: &store::SnapshotSpec,
+        boxes: Py<PyAny>,
+        convert: Py<PyAny>,
+        rank: Option<i64>,
+        threads: Option<usize>,
+    ) -> PySource {
         PySource {
             boxes,
             convert,
@@ -153,6 +208,7 @@ impl PySource {
                         .collect()
                 })
                 .collect(),
+            threads,
             raised: Mutex::new(None),
         }
     }
@@ -170,8 +226,8 @@ impl PySource {
 
     /// Box `i`'s array `a` as the writer takes it, converted if need be.
     fn borrow<'py>(&self, a: Bound<'py, PyAny>, level: usize, field: usize, i: usize) -> PyResult<(Borrowed<'py>, Layout)> {
-        fn ready<'py, T: numpy::Element>(a: &Bound<'py, PyAny>) -> Option<(PyReadonlyArrayDyn<'py, T>, Layout)> {
-            let array = a.cast::<numpy::PyArrayDyn<T>>().ok()?;
+        fn ready<'py, T: numpy::Element>(a: &Bound<'py, PyAny>) -> Option<(Bound<'py, PyArrayDyn<T>>, Layout)> {
+            let array = a.cast::<PyArrayDyn<T>>().ok()?;
             let layout = if array.is_c_contiguous() {
                 Layout::C
             } else if array.is_fortran_contiguous() {
@@ -179,7 +235,7 @@ impl PySource {
             } else {
                 return None;
             };
-            (array.data() as usize).is_multiple_of(std::mem::align_of::<T>()).then(|| (array.readonly(), layout))
+            Some((array.clone(), layout))
         }
         let take = |a: &Bound<'py, PyAny>| match self.dtypes[field] {
             DType::F32 => ready::<f32>(a).map(|(r, l)| (Borrowed::F32(r), l)),
@@ -192,7 +248,7 @@ impl PySource {
                 take(&converted).ok_or_else(|| {
                     let name = &self.names[field];
                     PyValueError::new_err(format!(
-                        "level {level} field {name:?} box {i}: not a C- or Fortran-contiguous, aligned array of the field's dtype after conversion"
+                        "level {level} field {name:?} box {i}: not a C- or Fortran-contiguous array of the field's dtype after conversion"
                     ))
                 })?
             }
@@ -227,12 +283,32 @@ impl store::BoxSource for PySource {
                 .map(|(i, a)| self.borrow(a, level, field, i))
                 .collect::<PyResult<Vec<_>>>()
                 .map_err(|e| self.keep(e))?;
+            let misaligned: Vec<Option<(usize, usize)>> = borrowed.iter().map(|(a, _)| a.misaligned()).collect();
+            let copies: Vec<Option<Copied>> = if misaligned.iter().all(Option::is_none) {
+                Vec::new()
+            } else {
+                let dtype = self.dtypes[field];
+                py.detach(|| {
+                    amrzip_codec::run_with_threads(self.threads, || {
+                        // SAFETY: the arrays are contiguous (checked in `borrow`) and held in
+                        // `borrowed`; the writer never writes to them.
+                        Ok(misaligned.par_iter().map(|m| m.map(|m| unsafe { Copied::of(dtype, m) })).collect())
+                    })
+                })
+                .map_err(|e| self.keep(PyValueError::new_err(e.to_string())))?
+            };
             let data = borrowed
                 .iter()
-                .map(|(a, layout)| {
-                    let values = match a {
-                        Borrowed::F32(a) => store::Values::F32(a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?),
-                        Borrowed::F64(a) => store::Values::F64(a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?),
+                .enumerate()
+                .map(|(i, (a, layout))| {
+                    let bad = |e: numpy::AsSliceError| PyValueError::new_err(e.to_string());
+                    // SAFETY: contiguous and aligned (checked in `borrow` and above), held in
+                    // `borrowed` until the writer returns, and never written through.
+                    let values = match (copies.get(i).and_then(Option::as_ref), a) {
+                        (Some(Copied::F32(v)), _) => store::Values::F32(v),
+                        (Some(Copied::F64(v)), _) => store::Values::F64(v),
+                        (None, Borrowed::F32(a)) => store::Values::F32(unsafe { a.as_slice() }.map_err(bad)?),
+                        (None, Borrowed::F64(a)) => store::Values::F64(unsafe { a.as_slice() }.map_err(bad)?),
                     };
                     Ok(store::BoxData { values, layout: *layout, ghost: Vec::new() })
                 })
@@ -370,7 +446,7 @@ pub fn write_snapshot<'py>(
     let opts = self::options(options)?;
     let comm = PyCollective::from_py(py, comm)?;
     let rank = comm.as_ref().map(|c| c.rank as i64);
-    let source = PySource::new(&spec, boxes, convert, rank);
+    let source = PySource::new(&spec, boxes, convert, rank, opts.threads);
     // Raw bytes per (level, field): before a large one, the write hands its freed pages back.
     let raw: Vec<Vec<u64>> = spec.levels.iter().map(|l| spec.fields.iter().map(|f| l.raw_bytes(f.dtype)).collect()).collect();
     let result = py.detach(|| {

@@ -387,7 +387,8 @@ fn unzigzag(v: u64) -> i64 {
 /// Boxes and owners as bytes: per box, its low corner as the difference from the previous
 /// box's (zigzag varints) and its extents minus one (varints); then each owner as the
 /// difference from the previous one; all through zstd. AMReX lists a level's boxes in space
-/// order, so the differences are small.
+/// order, so the differences are small. zstd level 9: level 19 stored 4,000-box levels 6%
+/// smaller (about 500 bytes) but took 6 ms against 0.6, in the serial part of every write.
 pub fn pack_boxes(boxes: &[IBox], owners: &[i64]) -> Vec<u8> {
     let mut raw = Vec::with_capacity(boxes.len() * 8);
     let mut prev: Vec<i64> = boxes.first().map(|b| vec![0; b.ndim()]).unwrap_or_default();
@@ -405,7 +406,7 @@ pub fn pack_boxes(boxes: &[IBox], owners: &[i64]) -> Vec<u8> {
         put_varint(&mut raw, zigzag(o.wrapping_sub(last)));
         last = o;
     }
-    zstd::bulk::compress(&raw, 19).expect("zstd compresses any bytes")
+    zstd::bulk::compress(&raw, 9).expect("zstd compresses any bytes")
 }
 
 /// The boxes and owners of [`pack_boxes`], `count` boxes of `dim` dimensions, checked.

@@ -62,7 +62,8 @@ def _native(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype != dtype:
         a = a.astype(dtype)
-    # Memory maps of files with text headers can start at any byte: the core needs aligned values.
+    # The core takes any contiguous array of the field's dtype (it copies misaligned ones, as
+    # memory maps of files with text headers give, itself); this one was not: copy it whole.
     if not (a.flags.aligned and (a.flags.c_contiguous or a.flags.f_contiguous)):
         a = np.array(a, order="K" if a.flags.f_contiguous else "C")
     return a
