@@ -308,12 +308,52 @@ def test_memory_mapped_plotfile_boxes_write_as_in_memory(tmp_path):
     assert any(not a.flags.aligned for a in arrays)
     # The same hierarchy (and source) with every box copied to aligned memory.
     copies = {(L, f): [np.array(a) for a in mapped.level(L).field_data(f)] for L in range(mapped.num_levels) for f in mapped.fields}
-    levels = [dataclasses.replace(lev, loader=lambda f, i, L=L: copies[(L, f)][i]) for L, lev in enumerate(mapped.levels)]
+    levels = [dataclasses.replace(lev, loader=lambda f, i, L=L: copies[(L, f)][i], raw_loader=None) for L, lev in enumerate(mapped.levels)]
     ref = amrzip.write(dataclasses.replace(mapped, levels=levels), tmp_path / "ref", rel=1e-3, threads=1)
+    assert all(lev.raw_loader is not None for lev in mapped.levels)  # the writer takes the FABs in place
     for threads in (1, 2):
         out = amrzip.write(mapped, tmp_path / f"mapped{threads}", rel=1e-3, threads=threads)
         assert out["stored_bytes"] == ref["stored_bytes"]
         assert_round_trip(h, amrzip.open(tmp_path / f"mapped{threads}"))
+
+
+def test_boxes_given_in_buffers_are_checked_before_use(tmp_path):
+    # A reader may give where every box's values sit (Level.raw_loader) instead of arrays.
+    h = two_level(fields=("rho",))
+    ref = amrzip.write(h, tmp_path / "ref", rel=1e-3)
+
+    def in_buffers(lev, tamper=None, pad=3):
+        boxes = [np.asfortranarray(lev.box_data("rho", i)) for i in range(lev.num_boxes)]
+        buf = np.concatenate([np.zeros(pad, np.uint8)] + [b.ravel(order="F").view(np.uint8) for b in boxes])
+        offsets = pad + np.cumsum([0] + [b.nbytes for b in boxes[:-1]])
+        raw = [[buf], np.zeros(len(boxes), np.int64), np.asarray(offsets, np.int64), np.dtype(np.float64), "F"]
+        if tamper:
+            tamper(raw)
+        return dataclasses.replace(lev, raw_loader=lambda f: tuple(raw))
+
+    def write(tamper=None, name="buf", pad=3):
+        levels = [in_buffers(lev, tamper if L == 1 else None, pad) for L, lev in enumerate(h.levels)]
+        return amrzip.write(dataclasses.replace(h, levels=levels), tmp_path / name, rel=1e-3, threads=2)
+
+    for pad in (3, 16):  # misaligned values (copied) and aligned ones (taken in place)
+        out = write(name=f"buf{pad}", pad=pad)
+        assert out["stored_bytes"] == ref["stored_bytes"]
+        assert_round_trip(h, amrzip.open(tmp_path / f"buf{pad}"))
+
+    def past_end(raw):
+        raw[2] = raw[2] + raw[0][0].size
+
+    bad = {
+        "past the end": (past_end, r"level 1 field .rho.: box 0: \d+ values from byte \d+ do not fit in buffer 0"),
+        "no such buffer": (lambda raw: raw[1].__setitem__(0, 1), r"level 1 field .rho.: box 0: buffer 1, of 1"),
+        "negative offset": (lambda raw: raw[2].__setitem__(0, -8), r"box 0: \d+ values from byte -8 do not fit"),
+        "too few offsets": (lambda raw: raw.__setitem__(2, raw[2][:0]), r"1 buffer numbers and 0 offsets for 1 boxes"),
+        "not bytes": (lambda raw: raw.__setitem__(0, [np.zeros(raw[0][0].size, np.float32)]), r"buffer 0 is not a contiguous 1-D uint8 array"),
+        "bad order": (lambda raw: raw.__setitem__(4, "K"), r"order .K., not .F. or .C."),
+    }
+    for k, (tamper, message) in enumerate(bad.values()):
+        with pytest.raises(ValueError, match=message):
+            write(tamper, name=f"bad{k}")
 
 
 def test_snapshots_are_atomic_and_never_overwritten(tmp_path):

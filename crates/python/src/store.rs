@@ -12,7 +12,7 @@ use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileExistsError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -123,23 +123,29 @@ enum Borrowed<'py> {
     F64(Bound<'py, PyArrayDyn<f64>>),
 }
 
+/// Where one box's values are: `n` values of the field's dtype from address `at`, in `layout`,
+/// inside an array or buffer held for the write.
+struct Span {
+    at: usize,
+    n: usize,
+    layout: Layout,
+}
+
 impl Borrowed<'_> {
-    /// Where the values start and how many there are, when that start is not aligned for their
-    /// type (`as_slice` cannot give them then).
-    fn misaligned(&self) -> Option<(usize, usize)> {
-        let (at, n, align) = match self {
-            Borrowed::F32(a) => (a.data() as usize, a.len(), std::mem::align_of::<f32>()),
-            Borrowed::F64(a) => (a.data() as usize, a.len(), std::mem::align_of::<f64>()),
+    fn span(&self, layout: Layout) -> Span {
+        let (at, n) = match self {
+            Borrowed::F32(a) => (a.data() as usize, a.len()),
+            Borrowed::F64(a) => (a.data() as usize, a.len()),
         };
-        (!at.is_multiple_of(align)).then_some((at, n))
+        Span { at, n, layout }
     }
 }
 
-/// A misaligned box array's values, copied aligned. Memory-mapped plotfiles give such arrays
-/// (a FAB's values follow a text header of any length). Copied by numpy one by one through
-/// `convert`, under the GIL, they held a two-thread write from a plotfile to one thread's speed
-/// (a 128^3 Nyx-like plotfile in the `speed` preset: 2.05 s either way); copied here, on the
-/// write's threads, two threads take 1.30 s.
+/// A misaligned box's values, copied aligned. Memory-mapped plotfiles give such boxes (a FAB's
+/// values follow a text header of any length). Copied by numpy one by one through `convert`,
+/// under the GIL, they held a two-thread write from a plotfile to one thread's speed (a 128^3
+/// Nyx-like plotfile in the `speed` preset: 2.05 s either way); copied here, on the write's
+/// threads, two threads take 1.30 s.
 enum Copied {
     F32(Vec<f32>),
     F64(Vec<f64>),
@@ -147,8 +153,8 @@ enum Copied {
 
 impl Copied {
     /// # Safety
-    /// `at` holds `n` values of `dtype`, at any alignment, not written meanwhile.
-    unsafe fn of(dtype: DType, (at, n): (usize, usize)) -> Copied {
+    /// `span` holds its values of `dtype`, at any alignment, not written meanwhile.
+    unsafe fn of(dtype: DType, span: &Span) -> Copied {
         unsafe fn copy<T>(at: usize, n: usize) -> Vec<T> {
             let mut v = Vec::<T>::with_capacity(n);
             unsafe {
@@ -158,18 +164,19 @@ impl Copied {
             v
         }
         match dtype {
-            DType::F32 => Copied::F32(unsafe { copy(at, n) }),
-            DType::F64 => Copied::F64(unsafe { copy(at, n) }),
+            DType::F32 => Copied::F32(unsafe { copy(span.at, span.n) }),
+            DType::F64 => Copied::F64(unsafe { copy(span.at, span.n) }),
         }
     }
 }
 
-/// Box values from a Python function `boxes(level, field) -> list of arrays`, called with the
-/// GIL held; the arrays stay held while the writer works on them without it. An array that is
-/// not of the field's dtype in native byte order and C- or Fortran-contiguous is passed through
+/// Box values from a Python function `boxes(level, field)`, called with the GIL held: a list of
+/// arrays, or where every box's values sit in a few buffers (see `buffer_spans`). What it gives
+/// stays held while the writer works on it without the GIL. An array that is not of the field's
+/// dtype in native byte order and C- or Fortran-contiguous is passed through
 /// `convert(array, field)` first (a misaligned one is copied, see `Copied`); every array must
-/// have its box's shape. An
-/// exception either raises is kept to be raised again, and stops the write.
+/// have its box's shape. An exception either raises is kept to be raised again, and stops the
+/// write.
 pub(crate) struct PySource {
     boxes: Py<PyAny>,
     convert: Py<PyAny>,
@@ -268,52 +275,113 @@ impl PySource {
     }
 }
 
+impl PySource {
+    /// The spans of the box arrays `got` (a list), each converted if need be, and what holds them.
+    fn array_spans<'py>(&self, got: &Bound<'py, PyAny>, level: usize, field: usize) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Span>)> {
+        let arrays: Vec<Bound<PyAny>> = got.extract()?;
+        if arrays.len() != self.shapes[level].len() {
+            let (name, n) = (&self.names[field], self.shapes[level].len());
+            return Err(PyValueError::new_err(format!("level {level} field {name:?}: data for {} boxes, {n} declared", arrays.len())));
+        }
+        let mut held = Vec::with_capacity(arrays.len());
+        let mut spans = Vec::with_capacity(arrays.len());
+        for (i, a) in arrays.into_iter().enumerate() {
+            let (b, layout) = self.borrow(a, level, field, i)?;
+            spans.push(b.span(layout));
+            held.push(match b {
+                Borrowed::F32(a) => a.into_any(),
+                Borrowed::F64(a) => a.into_any(),
+            });
+        }
+        Ok((held, spans))
+    }
+
+    /// The spans of every box in buffers, from `(buffers, buffer number per box, byte offset per
+    /// box, "F" or "C")` (see `Level.raw_loader`), each checked to lie inside its buffer.
+    fn buffer_spans<'py>(&self, got: &Bound<'py, PyTuple>, level: usize, field: usize) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Span>)> {
+        let name = &self.names[field];
+        let bad = |what: String| PyValueError::new_err(format!("level {level} field {name:?}: {what}"));
+        type Raw<'py> = (Vec<Bound<'py, PyAny>>, numpy::PyReadonlyArray1<'py, i64>, numpy::PyReadonlyArray1<'py, i64>, String);
+        let (buffers, which, offsets, order): Raw<'py> =
+            got.extract().map_err(|e| bad(format!("not (buffers, buffer per box, offset per box, order): {e}")))?;
+        let layout = match order.as_str() {
+            "F" => Layout::Fortran,
+            "C" => Layout::C,
+            o => return Err(bad(format!("order {o:?}, not \"F\" or \"C\""))),
+        };
+        let extents = buffers
+            .iter()
+            .enumerate()
+            .map(|(k, b)| {
+                let a = b.cast::<PyArray1<u8>>().ok().filter(|a| a.is_c_contiguous());
+                a.map(|a| (a.data() as usize, a.len())).ok_or_else(|| bad(format!("buffer {k} is not a contiguous 1-D uint8 array")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let (which, offsets) = (which.as_slice()?, offsets.as_slice()?);
+        let shapes = &self.shapes[level];
+        if which.len() != shapes.len() || offsets.len() != shapes.len() {
+            return Err(bad(format!("{} buffer numbers and {} offsets for {} boxes", which.len(), offsets.len(), shapes.len())));
+        }
+        let size = self.dtypes[field].size();
+        let spans = (0..shapes.len())
+            .map(|i| {
+                let n: usize = shapes[i].iter().product();
+                let (w, off) = (which[i], offsets[i]);
+                let &(at, len) = usize::try_from(w)
+                    .ok()
+                    .and_then(|w| extents.get(w))
+                    .ok_or_else(|| bad(format!("box {i}: buffer {w}, of {}", extents.len())))?;
+                let inside =
+                    usize::try_from(off).ok().filter(|&o| n.checked_mul(size).and_then(|b| b.checked_add(o)).is_some_and(|e| e <= len));
+                let off =
+                    inside.ok_or_else(|| bad(format!("box {i}: {n} values from byte {off} do not fit in buffer {w} of {len} bytes")))?;
+                Ok(Span { at: at + off, n, layout })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok((buffers, spans))
+    }
+}
+
 impl store::BoxSource for PySource {
     fn with_boxes(&self, level: usize, field: usize, f: &mut dyn FnMut(&[store::BoxData]) -> store::Result<()>) -> store::Result<()> {
         Python::attach(|py| {
-            let arrays: Vec<Bound<PyAny>> = self.boxes.call1(py, (level, field)).and_then(|l| l.extract(py)).map_err(|e| self.keep(e))?;
-            if arrays.len() != self.shapes[level].len() {
-                let (name, n) = (&self.names[field], self.shapes[level].len());
-                return Err(self
-                    .keep(PyValueError::new_err(format!("level {level} field {name:?}: data for {} boxes, {n} declared", arrays.len()))));
+            let got = self.boxes.bind(py).call1((level, field)).map_err(|e| self.keep(e))?;
+            // What the spans point into, held until the writer returns.
+            let (_held, spans) = match got.cast::<PyTuple>() {
+                Ok(t) => self.buffer_spans(t, level, field),
+                Err(_) => self.array_spans(&got, level, field),
             }
-            let borrowed = arrays
-                .into_iter()
-                .enumerate()
-                .map(|(i, a)| self.borrow(a, level, field, i))
-                .collect::<PyResult<Vec<_>>>()
-                .map_err(|e| self.keep(e))?;
-            let misaligned: Vec<Option<(usize, usize)>> = borrowed.iter().map(|(a, _)| a.misaligned()).collect();
-            let copies: Vec<Option<Copied>> = if misaligned.iter().all(Option::is_none) {
+            .map_err(|e| self.keep(e))?;
+            let dtype = self.dtypes[field];
+            // f32 and f64 are aligned to their size.
+            let misaligned = |s: &Span| !s.at.is_multiple_of(dtype.size());
+            let copies: Vec<Option<Copied>> = if !spans.iter().any(misaligned) {
                 Vec::new()
             } else {
-                let dtype = self.dtypes[field];
                 py.detach(|| {
                     amrzip_codec::run_with_threads(self.threads, || {
-                        // SAFETY: the arrays are contiguous (checked in `borrow`) and held in
-                        // `borrowed`; the writer never writes to them.
-                        Ok(misaligned.par_iter().map(|m| m.map(|m| unsafe { Copied::of(dtype, m) })).collect())
+                        // SAFETY: every span lies in an array or buffer held in `_held`; the
+                        // writer never writes to them.
+                        Ok(spans.par_iter().map(|s| misaligned(s).then(|| unsafe { Copied::of(dtype, s) })).collect())
                     })
                 })
                 .map_err(|e| self.keep(PyValueError::new_err(e.to_string())))?
             };
-            let data = borrowed
+            let data: Vec<store::BoxData> = spans
                 .iter()
                 .enumerate()
-                .map(|(i, (a, layout))| {
-                    let bad = |e: numpy::AsSliceError| PyValueError::new_err(e.to_string());
-                    // SAFETY: contiguous and aligned (checked in `borrow` and above), held in
-                    // `borrowed` until the writer returns, and never written through.
-                    let values = match (copies.get(i).and_then(Option::as_ref), a) {
+                .map(|(i, s)| {
+                    // SAFETY: aligned (else copied above), at least one value (a box has a
+                    // cell), inside what `_held` holds until the writer returns, never written.
+                    let values = match (copies.get(i).and_then(Option::as_ref), dtype) {
                         (Some(Copied::F32(v)), _) => store::Values::F32(v),
                         (Some(Copied::F64(v)), _) => store::Values::F64(v),
-                        (None, Borrowed::F32(a)) => store::Values::F32(unsafe { a.as_slice() }.map_err(bad)?),
-                        (None, Borrowed::F64(a)) => store::Values::F64(unsafe { a.as_slice() }.map_err(bad)?),
+                        (None, DType::F32) => store::Values::F32(unsafe { std::slice::from_raw_parts(s.at as *const f32, s.n) }),
+                        (None, DType::F64) => store::Values::F64(unsafe { std::slice::from_raw_parts(s.at as *const f64, s.n) }),
                     };
-                    Ok(store::BoxData { values, layout: *layout, ghost: Vec::new() })
+                    store::BoxData { values, layout: s.layout, ghost: Vec::new() }
                 })
-                .collect::<PyResult<Vec<_>>>()
-                .map_err(|e| self.keep(e))?;
+                .collect();
             let work = OnSameThread(|| f(&data));
             py.detach(move || work.run())
         })
@@ -322,7 +390,7 @@ impl store::BoxSource for PySource {
 
 /// A closure that `Python::detach` may run although it is not `Send`: detach runs it on the
 /// calling thread (it only releases the GIL meanwhile), and what it borrows (the writer's
-/// state, slices of arrays whose read-only borrows outlive the call) touches no Python object.
+/// state, slices of arrays and buffers held until the call returns) touches no Python object.
 struct OnSameThread<F>(F);
 // Safety: see above; the value never leaves the thread that made it.
 unsafe impl<F> Send for OnSameThread<F> {}

@@ -78,6 +78,10 @@ class Level(LevelGeometry):
     arrays: Optional[dict] = field(default=None, repr=False, compare=False)
     # field -> [array per box], for readers that decode a level's boxes at once (a store's).
     bulk_loader: Optional[Callable[[str], list]] = field(default=None, repr=False, compare=False)
+    # field -> where every box's values sit in a few buffers, for writers to take them without
+    # an array per box (a plotfile's): (buffers: uint8 arrays, buffer number per box, byte
+    # offset per box, dtype, "F" or "C"); each box's values are contiguous in that order.
+    raw_loader: Optional[Callable[[str], tuple]] = field(default=None, repr=False, compare=False)
 
     @property
     def dim(self) -> int:

@@ -418,8 +418,23 @@ def _read_level(root: Path, L: int, rel: str, dim: int, nfields: int, files: _Fi
             a = np.ascontiguousarray(raw[:, perm]).view(dt).reshape(shape, order="F")
         return a[crop] if any(ngrow) else a
 
+    # Where each box's values sit in the data files, for a writer to take them in place (no
+    # numpy view per box): when none needs a copy to be read (no ghost cells to crop, the
+    # machine's byte order).
+    raw = None
+    if entries and not any(ngrow) and all(e[3] is None and e[2].isnative for e in entries):
+        keys = list(dict.fromkeys(e[0] for e in entries))
+        number = {k: n for n, k in enumerate(keys)}
+        which = np.array([number[e[0]] for e in entries], dtype=np.int64)
+        starts = np.array([e[1] for e in entries], dtype=np.int64)
+        comp = np.array([e[5] for e in entries], dtype=np.int64)
+        dtype = entries[0][2]
+
+        def raw(field_index: int) -> tuple:
+            return [files.get(k) for k in keys], which, starts + field_index * comp, dtype, "F"
+
     owners = [_file_number(name) for name, _ in fods]
-    return boxes, owners, load, ch
+    return boxes, owners, load, raw, ch
 
 
 def read_plotfile(path) -> Hierarchy:
@@ -451,7 +466,7 @@ def read_plotfile(path) -> Hierarchy:
     ngrows = []
     node = None
     for L, rel in enumerate(hd["paths"]):
-        boxes, owners, load, ch = _read_level(root, L, rel, dim, len(fields), files)
+        boxes, owners, load, raw, ch = _read_level(root, L, rel, dim, len(fields), files)
         versions.append(ch["version"])
         ngrows.append(ch["ngrow"])
         if boxes:
@@ -472,6 +487,7 @@ def read_plotfile(path) -> Hierarchy:
                 owners=owners,
                 fields=fields,
                 loader=lambda f, i, load=load: load(index[f], i),
+                raw_loader=None if raw is None else (lambda f, raw=raw: raw(index[f])),
             )
         )
     steps = hd["level_steps"]

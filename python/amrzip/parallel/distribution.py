@@ -63,6 +63,15 @@ def part(h: Hierarchy, rank: int, owners: list) -> Hierarchy:
         def loader(field, j, lev=lev, keep=keep):
             return lev.box_data(field, keep[j])
 
+        def bulk(field, lev=lev, keep=keep):
+            boxes = lev.bulk_loader(field)
+            return [boxes[i] for i in keep]
+
+        def raw(field, lev=lev, keep=np.asarray(keep, dtype=np.int64)):
+            # The kept boxes' places in the whole level's buffers.
+            got = lev.raw_loader(field)
+            return None if got is None else (got[0], got[1][keep], got[2][keep], *got[3:])
+
         levels.append(
             dataclasses.replace(
                 lev,
@@ -70,6 +79,8 @@ def part(h: Hierarchy, rank: int, owners: list) -> Hierarchy:
                 owners=[rank] * len(keep),
                 loader=loader,
                 arrays=None if lev.arrays is None else {f: [a[i] for i in keep] for f, a in lev.arrays.items()},
+                bulk_loader=None if lev.bulk_loader is None else bulk,
+                raw_loader=None if lev.raw_loader is None else raw,
             )
         )
     return dataclasses.replace(h, levels=levels)

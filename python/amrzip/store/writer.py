@@ -179,10 +179,18 @@ def write(
         for spec_level, (all_boxes, owners, _) in zip(spec["levels"], levels):
             spec_level["boxes"], spec_level["owners"] = all_boxes, owners
 
-    def boxes(L: int, f: int) -> list:
+    def boxes(L: int, f: int):
         # One field of one level at a time: readers of HDF5 files load a box when asked. The core
         # checks each array's shape, and hands back to `convert` those it cannot take as they are.
-        arrays = h.level(L).field_data(fields[f])
+        # A reader that knows where every box's values sit (a plotfile's) gives that instead: no
+        # Python object per box.
+        lev = h.level(L)
+        raw = lev.raw_loader(fields[f]) if lev.raw_loader is not None else None
+        if raw is not None and np.dtype(raw[3]) == dtypes[fields[f]]:
+            buffers, which, offsets, _, order = raw
+            mine = slice(None) if comm is None else np.asarray(levels[L][2], dtype=np.int64)
+            return buffers, np.ascontiguousarray(which[mine], np.int64), np.ascontiguousarray(offsets[mine], np.int64), order
+        arrays = lev.field_data(fields[f])
         return arrays if comm is None else [arrays[j] for j in levels[L][2]]
 
     def convert(a, f: int) -> np.ndarray:
