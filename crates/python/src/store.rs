@@ -113,32 +113,16 @@ fn options(o: &Bound<'_, PyDict>) -> PyResult<store::WriteOptions> {
     })
 }
 
-/// A box array held for the call. Not a numpy read-only borrow: the borrow checker keeps every
-/// borrowed view of one base array in a list it scans on each borrow, and a level's boxes are
-/// often views of one buffer (a memory-mapped plotfile, a level array cut into boxes), which
-/// made borrowing them quadratic (8,000 views of one array: 0.33 s against 0.06 s for copies).
-/// The writer only reads them, and holds them until it returns.
-enum Borrowed<'py> {
-    F32(Bound<'py, PyArrayDyn<f32>>),
-    F64(Bound<'py, PyArrayDyn<f64>>),
-}
-
 /// Where one box's values are: `n` values of the field's dtype from address `at`, in `layout`,
-/// inside an array or buffer held for the write.
+/// inside an array or buffer held for the write. Arrays are held, not taken as numpy read-only
+/// borrows: the borrow checker keeps every borrowed view of one base array in a list it scans on
+/// each borrow, and a level's boxes are often views of one buffer (a memory-mapped plotfile, a
+/// level array cut into boxes), which made borrowing them quadratic (8,000 views of one array:
+/// 0.33 s against 0.06 s for copies). The writer only reads them.
 struct Span {
     at: usize,
     n: usize,
     layout: Layout,
-}
-
-impl Borrowed<'_> {
-    fn span(&self, layout: Layout) -> Span {
-        let (at, n) = match self {
-            Borrowed::F32(a) => (a.data() as usize, a.len()),
-            Borrowed::F64(a) => (a.data() as usize, a.len()),
-        };
-        Span { at, n, layout }
-    }
 }
 
 /// A misaligned box's values, copied aligned. Memory-mapped plotfiles give such boxes (a FAB's
@@ -231,9 +215,11 @@ impl PySource {
         store::Error::new(ErrorKind::Interrupted, message)
     }
 
-    /// Box `i`'s array `a` as the writer takes it, converted if need be.
-    fn borrow<'py>(&self, a: Bound<'py, PyAny>, level: usize, field: usize, i: usize) -> PyResult<(Borrowed<'py>, Layout)> {
-        fn ready<'py, T: numpy::Element>(a: &Bound<'py, PyAny>) -> Option<(Bound<'py, PyArrayDyn<T>>, Layout)> {
+    /// Box `i`'s array `a` as the writer takes it, converted if need be: the array to hold and
+    /// where its values are.
+    fn borrow<'py>(&self, a: Bound<'py, PyAny>, level: usize, field: usize, i: usize) -> PyResult<(Bound<'py, PyAny>, Span)> {
+        // The array, its values' span and its shape, if the writer can take it as it is.
+        fn ready<'py, T: numpy::Element>(a: &Bound<'py, PyAny>) -> Option<(Bound<'py, PyAny>, Span, Vec<usize>)> {
             let array = a.cast::<PyArrayDyn<T>>().ok()?;
             let layout = if array.is_c_contiguous() {
                 Layout::C
@@ -242,13 +228,14 @@ impl PySource {
             } else {
                 return None;
             };
-            Some((array.clone(), layout))
+            let span = Span { at: array.data() as usize, n: array.len(), layout };
+            Some((array.clone().into_any(), span, array.shape().to_vec()))
         }
         let take = |a: &Bound<'py, PyAny>| match self.dtypes[field] {
-            DType::F32 => ready::<f32>(a).map(|(r, l)| (Borrowed::F32(r), l)),
-            DType::F64 => ready::<f64>(a).map(|(r, l)| (Borrowed::F64(r), l)),
+            DType::F32 => ready::<f32>(a),
+            DType::F64 => ready::<f64>(a),
         };
-        let (borrowed, layout) = match take(&a) {
+        let (held, span, shape) = match take(&a) {
             Some(ready) => ready,
             None => {
                 let converted = self.convert.bind(a.py()).call1((a, field))?;
@@ -260,10 +247,6 @@ impl PySource {
                 })?
             }
         };
-        let shape = match &borrowed {
-            Borrowed::F32(r) => r.shape().to_vec(),
-            Borrowed::F64(r) => r.shape().to_vec(),
-        };
         let want = &self.shapes[level][i];
         if &shape != want {
             let name = &self.names[field];
@@ -271,7 +254,7 @@ impl PySource {
                 "level {level} field {name:?} box {i}: data of shape {shape:?}, box of shape {want:?}"
             )));
         }
-        Ok((borrowed, layout))
+        Ok((held, span))
     }
 }
 
@@ -283,17 +266,7 @@ impl PySource {
             let (name, n) = (&self.names[field], self.shapes[level].len());
             return Err(PyValueError::new_err(format!("level {level} field {name:?}: data for {} boxes, {n} declared", arrays.len())));
         }
-        let mut held = Vec::with_capacity(arrays.len());
-        let mut spans = Vec::with_capacity(arrays.len());
-        for (i, a) in arrays.into_iter().enumerate() {
-            let (b, layout) = self.borrow(a, level, field, i)?;
-            spans.push(b.span(layout));
-            held.push(match b {
-                Borrowed::F32(a) => a.into_any(),
-                Borrowed::F64(a) => a.into_any(),
-            });
-        }
-        Ok((held, spans))
+        arrays.into_iter().enumerate().map(|(i, a)| self.borrow(a, level, field, i)).collect()
     }
 
     /// The spans of every box in buffers, from `(buffers, buffer number per box, byte offset per
