@@ -80,7 +80,7 @@ pub struct Tiling {
 impl Tiling {
     pub fn new(origin: Vec<i64>, unit: Vec<usize>, chunk: Vec<usize>) -> Result<Tiling, String> {
         let nd = origin.len();
-        if !(1..=4).contains(&nd) || unit.len() != nd || chunk.len() != nd {
+        if !(1..=MAX_DIM).contains(&nd) || unit.len() != nd || chunk.len() != nd {
             return Err(format!("origin, unit and chunk must all have 1 to 4 dimensions, got {origin:?}, {unit:?}, {chunk:?}"));
         }
         if unit.contains(&0) || chunk.iter().zip(&unit).any(|(&c, &u)| c == 0 || c % u != 0) {
@@ -133,7 +133,12 @@ impl Tiling {
 
     /// Lowest cell of the block at lattice index `block`.
     fn block_lo(&self, block: &[i64]) -> Vec<i64> {
-        block.iter().enumerate().map(|(d, &b)| self.origin[d] + b * self.unit[d] as i64).collect()
+        block.iter().enumerate().map(|(d, &b)| self.block_start(d, b)).collect()
+    }
+
+    /// Lowest cell along dimension `d` of the blocks at lattice index `b` along it.
+    fn block_start(&self, d: usize, b: i64) -> i64 {
+        self.origin[d] + b * self.unit[d] as i64
     }
 }
 
@@ -206,40 +211,42 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
         let tiling = self.tiling;
         let nd = tiling.ndim();
         let per = tiling.blocks_per_chunk();
-        let unit_strides = strides(&tiling.unit);
+        let unit_strides = padded(&strides(&tiling.unit));
         let (chunk, touching) = &self.chunks[k];
         let chunk_first: Vec<i64> = (0..nd).map(|d| chunk[d] * per[d] as i64).collect();
         for b in touching.iter().map(|&i| &self.boxes[i]) {
-            let shape = b.shape();
             let (data_lo, data_shape) = b.data_extent();
             let data_strides = match b.layout {
-                Layout::C => strides(&data_shape),
+                Layout::C => padded(&strides(&data_shape)),
                 Layout::Fortran => {
-                    let mut s = vec![1usize; nd];
+                    let mut s = [1usize; MAX_DIM];
                     for d in 1..nd {
                         s[d] = s[d - 1] * data_shape[d - 1];
                     }
                     s
                 }
             };
-            let stored_strides = strides(&shape);
+            let stored_strides = padded(&strides(&b.shape()));
             // The dimension along which the data is contiguous: rows run along it.
             let inner = if b.layout == Layout::C { nd - 1 } else { 0 };
             let first: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.lo[d]).max(chunk_first[d])).collect();
             let last: Vec<i64> = (0..nd).map(|d| tiling.block_of(d, b.hi[d]).min(chunk_first[d] + per[d] as i64 - 1)).collect();
             for_each_cell(&first, &last, |block| {
-                let blo = tiling.block_lo(block);
-                let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(b.lo[d])).collect();
-                let extent: Vec<usize> =
-                    (0..nd).map(|d| ((blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]) - lo[d] + 1) as usize).collect();
-                let dot = |step: &[usize], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * step[d]).sum() };
+                // Per dimension: the block's first cell, the piece's first cell and its extent.
+                let (mut blo, mut lo, mut extent) = ([0i64; MAX_DIM], [0i64; MAX_DIM], [1usize; MAX_DIM]);
+                for d in 0..nd {
+                    blo[d] = tiling.block_start(d, block[d]);
+                    lo[d] = blo[d].max(b.lo[d]);
+                    extent[d] = ((blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]) - lo[d] + 1) as usize;
+                }
+                let dot = |step: &[usize; MAX_DIM], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * step[d]).sum() };
                 let piece = Piece {
                     data: b.data,
                     extent,
                     inner,
-                    src: (dot(&data_strides, &data_lo), data_strides.clone()),
-                    dst: (dot(&unit_strides, &blo), unit_strides.clone()),
-                    stored: b.stored.map(|s| (s, dot(&stored_strides, &b.lo), stored_strides.clone())),
+                    src: (dot(&data_strides, &data_lo), data_strides),
+                    dst: (dot(&unit_strides, &blo), unit_strides),
+                    stored: b.stored.map(|s| (s, dot(&stored_strides, &b.lo), stored_strides)),
                 };
                 f(offset(block, &chunk_first, &per, Layout::C), &piece);
             });
@@ -259,6 +266,11 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
             piece.rows(|src, dst, stored| {
                 let data = &piece.data[src..src + n];
                 match &piece.stored {
+                    // A C-order box's rows run along the block's rows.
+                    None if step == 1 => {
+                        values[dst..dst + n].copy_from_slice(data);
+                        mask[dst..dst + n].fill(true);
+                    }
                     None => {
                         for (r, &v) in data.iter().enumerate() {
                             values[dst + r * step] = v;
@@ -312,6 +324,7 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
             let mask = masks[at].get_or_insert_with(|| vec![false; n_unit]);
             let (n, step) = (piece.extent[piece.inner], piece.dst.1[piece.inner]);
             piece.rows(|_, dst, stored| match &piece.stored {
+                None if step == 1 => mask[dst..dst + n].fill(true),
                 None => (0..n).for_each(|r| mask[dst + r * step] = true),
                 Some((keep, _, strides)) => (0..n).for_each(|r| mask[dst + r * step] |= keep[stored + r * strides[piece.inner]]),
             });
@@ -326,30 +339,55 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
     }
 }
 
+/// Dimensions a tiling may have.
+const MAX_DIM: usize = 4;
+
+/// `v` (at most `MAX_DIM` long) padded with zeros.
+fn padded(v: &[usize]) -> [usize; MAX_DIM] {
+    let mut out = [0; MAX_DIM];
+    out[..v.len()].copy_from_slice(v);
+    out
+}
+
 /// The cells a box holds of one block: an `extent` of cells whose `k`th along each dimension
 /// lies at offset `o + sum k[d] * strides[d]` of the box's data (`src`), of the block (`dst`)
 /// and of the box's stored-cell mask (`stored`, all stored when `None`). Rows run along
-/// `inner`, where the data is contiguous.
+/// `inner`, where the data is contiguous. Past the tiling's dimensions extents are 1.
 struct Piece<'a, T> {
     data: &'a [T],
-    extent: Vec<usize>,
+    extent: [usize; MAX_DIM],
     inner: usize,
-    src: (usize, Vec<usize>),
-    dst: (usize, Vec<usize>),
-    stored: Option<(&'a [bool], usize, Vec<usize>)>,
+    src: (usize, [usize; MAX_DIM]),
+    dst: (usize, [usize; MAX_DIM]),
+    stored: Option<(&'a [bool], usize, [usize; MAX_DIM])>,
 }
 
 impl<T> Piece<'_, T> {
-    /// Calls `f(src, dst, stored)` for each row along `inner`: the offsets of its first cell in
-    /// the data, the block and the stored-cell mask (0 when all are stored).
+    /// Calls `f(src, dst, stored)` for each row along `inner`, in C order of the other
+    /// dimensions: the offsets of its first cell in the data, the block and the stored-cell
+    /// mask (0 when all are stored). Rows are a unit block's edge long, so their offsets are
+    /// stepped, not recomputed.
     fn rows(&self, mut f: impl FnMut(usize, usize, usize)) {
-        let mut outer = self.extent.clone();
-        outer[self.inner] = 1;
-        for_each_index(&outer, |k| {
-            let at = |(o, strides): (usize, &[usize])| o + k.iter().zip(strides).map(|(&i, &s)| i * s).sum::<usize>();
-            let stored = self.stored.as_ref().map_or(0, |(_, o, s)| at((*o, s)));
-            f(at((self.src.0, &self.src.1)), at((self.dst.0, &self.dst.1)), stored);
-        });
+        // The three dimensions other than `inner`, each as (extent, [src, dst, stored] steps).
+        let mut outer = [(1usize, [0usize; 3]); MAX_DIM - 1];
+        let stored = self.stored.as_ref().map(|&(_, o, s)| (o, s));
+        for (slot, d) in outer.iter_mut().zip((0..MAX_DIM).filter(|&d| d != self.inner)) {
+            *slot = (self.extent[d], [self.src.1[d], self.dst.1[d], stored.map_or(0, |(_, s)| s[d])]);
+        }
+        let [(na, sa), (nb, sb), (nc, sc)] = outer;
+        let mut a0 = [self.src.0, self.dst.0, stored.map_or(0, |(o, _)| o)];
+        for _ in 0..na {
+            let mut b0 = a0;
+            for _ in 0..nb {
+                let mut at = b0;
+                for _ in 0..nc {
+                    f(at[0], at[1], at[2]);
+                    (0..3).for_each(|i| at[i] += sc[i]);
+                }
+                (0..3).for_each(|i| b0[i] += sb[i]);
+            }
+            (0..3).for_each(|i| a0[i] += sa[i]);
+        }
     }
 }
 
