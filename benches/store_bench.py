@@ -5,6 +5,7 @@ time, every byte the store takes, its allocated blocks (`du`) and its file count
     .venv/bin/python benches/store_bench.py --baseline DIR|PYTHON --json benches/data/store.json
     .venv/bin/python benches/store_bench.py --quick              # smoke run (~20 s): small Nyx, two files, one bound
     .venv/bin/python benches/store_bench.py --parts files --plotfile   # the real files and the Nyx-like plotfile
+    .venv/bin/python benches/store_bench.py --parts files --chombo     # ... and as a Chombo file with ghost cells
 
 Each build runs in processes of its own, with its own Python (``--baseline`` names a checkout with a ``.venv`` or a
 Python executable; this build is the Python running the script), on the same inputs.  The builds take turns
@@ -25,7 +26,9 @@ Parts:
   the page cache), then on fresh opens every box of every level and field, and one box (the middle box of the finest
   level, first field).  With ``--plotfile``, also the demo's Nyx-like hierarchy as an AMReX plotfile (written by this
   build's ``write_plotfile`` under ``benches/data/``): its boxes are views into memory-mapped FAB files, most of them
-  misaligned, as the boxes of a simulation's plotfile are.
+  misaligned, as the boxes of a simulation's plotfile are.  With ``--chombo``, also that hierarchy as a Chombo HDF5
+  plot file with one ghost cell around every box (``tests/hdf5_files.py``, h5py), its boxes in one memory-mapped
+  dataset per level.
 
 Throughput is ``original bytes`` (the summary's ``original_bytes``: every cell of every box, covered ones included,
 in the source dtype; the same for both builds) per second of wall-clock time.  Sizes: **reported** is the summary's
@@ -125,6 +128,21 @@ def nyx_plotfile(n: int) -> Path:
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         write_plotfile(load_nyx(n), tmp)
+        os.replace(tmp, path)
+    return path
+
+
+def nyx_chombo(n: int) -> Path:
+    """The cached Nyx-like hierarchy as a Chombo HDF5 plot file with one ghost cell around every box (as Chombo
+    codes write them), written with h5py by the tests' writer (made once)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from hdf5_files import write_chombo
+
+    path = CACHE / f"store_bench_nyx_n{n}_ghost1.chombo.hdf5"
+    if not path.exists():
+        make_nyx_cache(n)
+        tmp = path.with_name(path.name + ".tmp")
+        write_chombo(load_nyx(n), tmp, ghost=1)
         os.replace(tmp, path)
     return path
 
@@ -306,6 +324,8 @@ def main(argv=None) -> int:
     p.add_argument("--files", help="comma list of file path prefixes under ../shared/data (default all that read)")
     p.add_argument("--plotfile", action="store_true",
                    help="files part: also the Nyx-like hierarchy as an AMReX plotfile (written by this build, cached)")
+    p.add_argument("--chombo", action="store_true",
+                   help="files part: also the Nyx-like hierarchy as a Chombo HDF5 file with ghost cells (needs h5py; cached)")
     p.add_argument("--bounds", help="rel bounds for the files part (default 1e-4,1e-2; --quick: 1e-2)")
     p.add_argument("--rounds", type=int, help="processes per build and part, taking turns (default 6)")
     p.add_argument("--repeat", type=int, help="timed runs per case and process (default 1 demo, 3 files)")
@@ -328,6 +348,9 @@ def main(argv=None) -> int:
     if args.plotfile:
         # Its boxes are views into memory-mapped FAB files, as a simulation's plotfile gives them.
         files = [*files, str(nyx_plotfile(n))]
+    if args.chombo:
+        # One mapped dataset per level holding every box grown by its ghost cells, as Chombo codes write them.
+        files = [*files, str(nyx_chombo(n))]
     builds = {"old": str(baseline_python(args.baseline)), "new": sys.executable}
     load_start = os.getloadavg()
     t0 = time.perf_counter()
@@ -394,7 +417,7 @@ def main(argv=None) -> int:
                              f"{sizes['new']['all_bytes'] / sizes['old']['all_bytes']:.3f}", f"{sizes['new']['du'] / sizes['old']['du']:.3f}"])
     if "files" in parts:
         d = raw["parts"]["files"]
-        also = " and the Nyx-like plotfile" if args.plotfile else ""
+        also = "".join(f" and the Nyx-like {k}" for k, on in (("plotfile", args.plotfile), ("Chombo file", args.chombo)) if on)
         print(f"## Real files (../shared/data){also}, {d['rounds']} rounds x {d['repeat']} runs per build\n")
         errors = {b: {k: c["error"] for k, c in d[b][0]["cases"].items() if "error" in c} for b in ("old", "new")}
         cases = [k for k in d["new"][0]["cases"] if k in d["old"][0]["cases"] and "error" not in d["new"][0]["cases"][k]
@@ -446,7 +469,7 @@ def main(argv=None) -> int:
             for k, e in errors[b].items():
                 print(f"- {b} build does not read {k}: {e}")
         print()
-        summary_rows.append([f"real files{' and plotfile' if args.plotfile else ''}, geomean of {len(cases)} cases", f"{geomean(agg['write']):.2f} "
+        summary_rows.append([f"real files{also}, geomean of {len(cases)} cases", f"{geomean(agg['write']):.2f} "
                              f"({min(agg['write']):.2f}-{max(agg['write']):.2f})", "",
                              f"{geomean(agg['read_all']):.2f} ({min(agg['read_all']):.2f}-{max(agg['read_all']):.2f})",
                              f"{geomean(agg['box']):.2f} ({min(agg['box']):.2f}-{max(agg['box']):.2f})",

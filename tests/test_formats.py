@@ -10,6 +10,7 @@ yt, when installed, is the reference for values.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import mmap
 import shutil
@@ -22,6 +23,7 @@ import pytest
 from amrzip.amr.boxes import check_nesting
 from amrzip.amr.hierarchy import Hierarchy, box_shape
 from amrzip.formats import detect, read, write_plotfile
+from hdf5_files import write_chombo
 from shared_data import AMREX, CHOMBO, needs_data
 
 
@@ -589,50 +591,61 @@ def test_chombo_values_match_yt(name):
             np.testing.assert_array_equal(h.levels[L].box_data(f, i), g[ftype, f].d[:, :, 0])
 
 
-def _write_chombo(h: Hierarchy, path, ghost=0, chunked=False):
-    """A Chombo plot file with ``ghost`` junk-filled ghost cells around every box."""
-    h5py = _h5py()
-    axes = "ijk"[: h.dim]
-    bt = np.dtype([(f"lo_{a}", "<i4") for a in axes] + [(f"hi_{a}", "<i4") for a in axes])
-    gt = np.dtype([(f"intvect{a}", "<i4") for a in axes])
-    with h5py.File(path, "w") as f:
-        f.attrs["num_levels"] = np.int32(h.num_levels)
-        f.attrs["num_components"] = np.int32(len(h.fields))
-        for k, name in enumerate(h.fields):
-            f.attrs[f"component_{k}"] = np.bytes_(name)
-        f.attrs["time"] = h.time
-        f.create_group("Chombo_global").attrs["SpaceDim"] = np.int32(h.dim)
-        for L, lev in enumerate(h.levels):
-            g = f.create_group(f"level_{L}")
-            g.attrs["dx"] = lev.dx[0]
-            g.attrs["ref_ratio"] = np.int32(lev.ref_ratios[0])
-            g.attrs["prob_domain"] = np.array(tuple(lev.domain[0] + lev.domain[1]), dtype=bt)
-            g["boxes"] = np.array([tuple(lo + hi) for lo, hi in lev.boxes], dtype=bt)
-            chunks, offsets = [], [0]
-            for i, b in enumerate(lev.boxes):
-                shape = tuple(n + 2 * ghost for n in box_shape(b))
-                for fld in h.fields:
-                    full = np.full(shape, 9.9e99)
-                    full[tuple(slice(ghost, ghost + n) for n in box_shape(b))] = lev.box_data(fld, i)
-                    chunks.append(full.ravel(order="F"))
-                offsets.append(offsets[-1] + len(h.fields) * int(np.prod(shape)))
-            kw = {"chunks": (4096,), "compression": "gzip"} if chunked else {}
-            g.create_dataset("data:datatype=0", data=np.concatenate(chunks), **kw)
-            g["data:offsets=0"] = np.array(offsets, dtype=np.int64)
-            a = g.create_group("data_attributes")
-            a.attrs["comps"] = np.int32(len(h.fields))
-            a.attrs["outputGhost"] = np.array(tuple([ghost] * h.dim), dtype=gt)
-            a.attrs["objectType"] = np.bytes_("FArrayBox")
+@needs_data
+@pytest.mark.parametrize("kind", ["plotfile ghost 2", "plotfile big-endian", "chombo ghost 2", "chombo chunked", "amrex-hdf5 single",
+                                  "amrex-hdf5 multi"])
+def test_readers_give_boxes_in_place_ghost_cells_and_all(tmp_path, kind):
+    # Readers say where every box's values sit in their mapped files (Level.raw_loader), ghost
+    # cells included, so that a write takes them there with no array per box; where they cannot
+    # (a copy is needed to read the values), they give none. Either way the same snapshot.
+    import amrzip
+
+    if not kind.startswith("plotfile"):
+        _h5py()
+    src = load("pelelmex_3d")
+    h = Hierarchy(src.fields[:3], [type(l)(l.boxes, l.ref_ratios, l.dx, l.domain, l.owners, src.fields[:3], l.loader) for l in src.levels],
+                  src.prob_lo, src.prob_hi, 0, src.time, src.step, {"level_steps": [20, 40, 80]})
+    path = tmp_path / "file"
+    if kind.startswith("plotfile"):
+        h = src  # rewritten with its own Header: every field
+        big = kind.endswith("big-endian")
+        write_variant(h, AMREX / "pelelmex_3d", path, ghost=0 if big else 2, dtype=">f8" if big else "<f8", file_of=lambda i: i % 3)
+    elif kind.startswith("chombo"):
+        write_chombo(h, path, ghost=2, chunked=kind.endswith("chunked"))
+    else:
+        _write_amrex_h5(h, path, multi=kind.endswith("multi"), order=lambda n: [*range(1, n, 2), *range(0, n, 2)])
+    back = read(path)
+    in_place = kind not in ("plotfile big-endian", "chombo chunked")
+    assert all((lev.raw_loader is not None) == in_place for lev in back.levels)
+    if in_place:
+        raw = back.levels[2].raw_loader(h.fields[1])
+        assert raw[5] == {"plotfile ghost 2": (2, 2, 2), "chombo ghost 2": (2, 2, 2)}.get(kind, (0, 0, 0))
+    # The same hierarchy read box by box, each box an array.
+    boxwise = dataclasses.replace(back, levels=[dataclasses.replace(lev, raw_loader=None) for lev in back.levels])
+    ref = amrzip.write(boxwise, tmp_path / "ref", rel=1e-4, threads=1)
+    for threads in (1, 2):
+        out = amrzip.write(back, tmp_path / f"s{threads}", rel=1e-4, threads=threads)
+        assert out["stored_bytes"] == ref["stored_bytes"]
+        assert (tmp_path / f"s{threads}").joinpath(*Path(out["path"]).parts[-1:]).read_bytes() == Path(ref["path"]).read_bytes()
+    # The finest level's values (no covered cells there) within the bound.
+    got, fine = amrzip.open(tmp_path / "s2").to_hierarchy().levels[-1], h.levels[-1]
+    pos = {b: i for i, b in enumerate(fine.boxes)}
+    for f in h.fields[:3]:
+        stored = [fine.box_data(f, i) for i in range(fine.num_boxes)]
+        eb = 1e-4 * (max(a.max() for a in stored) - min(a.min() for a in stored))
+        for j, b in enumerate(got.boxes):
+            assert np.abs(got.box_data(f, j) - stored[pos[b]]).max() <= eb
 
 
 @needs_data
 @pytest.mark.parametrize("chunked", [False, True])
 def test_chombo_3d_with_ghosts(tmp_path, chunked):
+    _h5py()
     h = load("pelelmex_3d")
     sub = Hierarchy(h.fields[:4], [type(l)(l.boxes, l.ref_ratios, l.dx, l.domain, l.owners, h.fields[:4], l.loader) for l in h.levels],
                     h.prob_lo, h.prob_hi, 0, h.time, h.step)
     p = tmp_path / "pele.3d.hdf5"
-    _write_chombo(sub, p, ghost=2, chunked=chunked)
+    write_chombo(sub, p, ghost=2, chunked=chunked)
     back = read(p)
     assert back.attrs["ghost_cells"] == {"data": (2, 2, 2)}
     assert_same(sub, back, geometry=False)
@@ -957,7 +970,7 @@ def test_nesting_of_many_boxes_is_quick():
 def test_hdf5_levels_must_nest(tmp_path, kind):
     _h5py()
     good, bad = two_levels(COARSE, FINE), two_levels([((0, 0), (7, 15))], FINE)
-    write = _write_chombo if kind == "chombo" else _write_amrex_h5
+    write = write_chombo if kind == "chombo" else _write_amrex_h5
     write(good, tmp_path / "good.h5")
     assert_same(good, read(tmp_path / "good.h5"), geometry=False)
     write(bad, tmp_path / "bad.h5")

@@ -322,23 +322,25 @@ def test_boxes_given_in_buffers_are_checked_before_use(tmp_path):
     h = two_level(fields=("rho",))
     ref = amrzip.write(h, tmp_path / "ref", rel=1e-3)
 
-    def in_buffers(lev, tamper=None, pad=3):
-        boxes = [np.asfortranarray(lev.box_data("rho", i)) for i in range(lev.num_boxes)]
+    def in_buffers(lev, tamper=None, pad=3, ghost=0):
+        boxes = [np.pad(np.asfortranarray(lev.box_data("rho", i)), ghost, constant_values=np.nan) for i in range(lev.num_boxes)]
         buf = np.concatenate([np.zeros(pad, np.uint8)] + [b.ravel(order="F").view(np.uint8) for b in boxes])
         offsets = pad + np.cumsum([0] + [b.nbytes for b in boxes[:-1]])
-        raw = [[buf], np.zeros(len(boxes), np.int64), np.asarray(offsets, np.int64), np.dtype(np.float64), "F"]
+        raw = [[buf], np.zeros(len(boxes), np.int64), np.asarray(offsets, np.int64), np.dtype(np.float64), "F", (ghost,) * 3]
         if tamper:
             tamper(raw)
         return dataclasses.replace(lev, raw_loader=lambda f: tuple(raw))
 
-    def write(tamper=None, name="buf", pad=3):
-        levels = [in_buffers(lev, tamper if L == 1 else None, pad) for L, lev in enumerate(h.levels)]
+    def write(tamper=None, name="buf", pad=3, ghost=0):
+        levels = [in_buffers(lev, tamper if L == 1 else None, pad, ghost) for L, lev in enumerate(h.levels)]
         return amrzip.write(dataclasses.replace(h, levels=levels), tmp_path / name, rel=1e-3, threads=2)
 
-    for pad in (3, 16):  # misaligned values (copied) and aligned ones (taken in place)
-        out = write(name=f"buf{pad}", pad=pad)
+    # Misaligned values (copied) and aligned ones (taken in place), with NaN ghost cells around
+    # the boxes or none: the ghost cells are never read.
+    for pad, ghost in ((3, 0), (16, 0), (3, 2), (16, 1)):
+        out = write(name=f"buf{pad}-{ghost}", pad=pad, ghost=ghost)
         assert out["stored_bytes"] == ref["stored_bytes"]
-        assert_round_trip(h, amrzip.open(tmp_path / f"buf{pad}"))
+        assert_round_trip(h, amrzip.open(tmp_path / f"buf{pad}-{ghost}"))
 
     def past_end(raw):
         raw[2] = raw[2] + raw[0][0].size
@@ -350,6 +352,9 @@ def test_boxes_given_in_buffers_are_checked_before_use(tmp_path):
         "too few offsets": (lambda raw: raw.__setitem__(2, raw[2][:0]), r"1 buffer numbers and 0 offsets for 1 boxes"),
         "not bytes": (lambda raw: raw.__setitem__(0, [np.zeros(raw[0][0].size, np.float32)]), r"buffer 0 is not a contiguous 1-D uint8 array"),
         "bad order": (lambda raw: raw.__setitem__(4, "K"), r"order .K., not .F. or .C."),
+        "ghost widths of 2-d boxes": (lambda raw: raw.__setitem__(5, (0, 0)), r"ghost widths \[0, 0\] for a 3-dimensional box"),
+        "ghost cells past the end": (lambda raw: raw.__setitem__(5, (1, 1, 1)), r"box 0: \d+ values from byte \d+ do not fit in buffer 0"),
+        "negative ghost": (lambda raw: raw.__setitem__(5, (-1, 0, 0)), r"order, ghost widths"),
     }
     for k, (tamper, message) in enumerate(bad.values()):
         with pytest.raises(ValueError, match=message):

@@ -258,25 +258,31 @@ impl PySource {
     }
 }
 
+/// Box values as the writer takes them: what holds them, where each box's values are, and the
+/// ghost widths of every box (empty: none).
+type Spans<'py> = (Vec<Bound<'py, PyAny>>, Vec<Span>, Vec<usize>);
+
 impl PySource {
     /// The spans of the box arrays `got` (a list), each converted if need be, and what holds them.
-    fn array_spans<'py>(&self, got: &Bound<'py, PyAny>, level: usize, field: usize) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Span>)> {
+    fn array_spans<'py>(&self, got: &Bound<'py, PyAny>, level: usize, field: usize) -> PyResult<Spans<'py>> {
         let arrays: Vec<Bound<PyAny>> = got.extract()?;
         if arrays.len() != self.shapes[level].len() {
             let (name, n) = (&self.names[field], self.shapes[level].len());
             return Err(PyValueError::new_err(format!("level {level} field {name:?}: data for {} boxes, {n} declared", arrays.len())));
         }
-        arrays.into_iter().enumerate().map(|(i, a)| self.borrow(a, level, field, i)).collect()
+        let (held, spans) = arrays.into_iter().enumerate().map(|(i, a)| self.borrow(a, level, field, i)).collect::<PyResult<_>>()?;
+        Ok((held, spans, Vec::new()))
     }
 
     /// The spans of every box in buffers, from `(buffers, buffer number per box, byte offset per
-    /// box, "F" or "C")` (see `Level.raw_loader`), each checked to lie inside its buffer.
-    fn buffer_spans<'py>(&self, got: &Bound<'py, PyTuple>, level: usize, field: usize) -> PyResult<(Vec<Bound<'py, PyAny>>, Vec<Span>)> {
+    /// box, "F" or "C", ghost width per dimension)` (see `Level.raw_loader`), each checked to lie
+    /// inside its buffer; and the ghost widths, the same for every box.
+    fn buffer_spans<'py>(&self, got: &Bound<'py, PyTuple>, level: usize, field: usize) -> PyResult<Spans<'py>> {
         let name = &self.names[field];
         let bad = |what: String| PyValueError::new_err(format!("level {level} field {name:?}: {what}"));
-        type Raw<'py> = (Vec<Bound<'py, PyAny>>, numpy::PyReadonlyArray1<'py, i64>, numpy::PyReadonlyArray1<'py, i64>, String);
-        let (buffers, which, offsets, order): Raw<'py> =
-            got.extract().map_err(|e| bad(format!("not (buffers, buffer per box, offset per box, order): {e}")))?;
+        type Raw<'py> = (Vec<Bound<'py, PyAny>>, numpy::PyReadonlyArray1<'py, i64>, numpy::PyReadonlyArray1<'py, i64>, String, Vec<usize>);
+        let (buffers, which, offsets, order, ghost): Raw<'py> =
+            got.extract().map_err(|e| bad(format!("not (buffers, buffer per box, offset per box, order, ghost widths): {e}")))?;
         let layout = match order.as_str() {
             "F" => Layout::Fortran,
             "C" => Layout::C,
@@ -298,7 +304,15 @@ impl PySource {
         let size = self.dtypes[field].size();
         let spans = (0..shapes.len())
             .map(|i| {
-                let n: usize = shapes[i].iter().product();
+                if ghost.len() != shapes[i].len() {
+                    return Err(bad(format!("ghost widths {ghost:?} for a {}-dimensional box", shapes[i].len())));
+                }
+                // The box grown by its ghost cells, as the buffer holds it.
+                let n = shapes[i]
+                    .iter()
+                    .zip(&ghost)
+                    .try_fold(1usize, |n, (&e, &g)| g.checked_mul(2).and_then(|g| g.checked_add(e)).and_then(|e| e.checked_mul(n)))
+                    .ok_or_else(|| bad(format!("box {i}: ghost widths {ghost:?} too large")))?;
                 let (w, off) = (which[i], offsets[i]);
                 let &(at, len) = usize::try_from(w)
                     .ok()
@@ -311,7 +325,7 @@ impl PySource {
                 Ok(Span { at: at + off, n, layout })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        Ok((buffers, spans))
+        Ok((buffers, spans, ghost))
     }
 }
 
@@ -320,7 +334,7 @@ impl store::BoxSource for PySource {
         Python::attach(|py| {
             let got = self.boxes.bind(py).call1((level, field)).map_err(|e| self.keep(e))?;
             // What the spans point into, held until the writer returns.
-            let (_held, spans) = match got.cast::<PyTuple>() {
+            let (_held, spans, ghost) = match got.cast::<PyTuple>() {
                 Ok(t) => self.buffer_spans(t, level, field),
                 Err(_) => self.array_spans(&got, level, field),
             }
@@ -352,7 +366,7 @@ impl store::BoxSource for PySource {
                         (None, DType::F32) => store::Values::F32(unsafe { std::slice::from_raw_parts(s.at as *const f32, s.n) }),
                         (None, DType::F64) => store::Values::F64(unsafe { std::slice::from_raw_parts(s.at as *const f64, s.n) }),
                     };
-                    store::BoxData { values, layout: s.layout, ghost: Vec::new() }
+                    store::BoxData { values, layout: s.layout, ghost: ghost.clone() }
                 })
                 .collect();
             let work = OnSameThread(|| f(&data));

@@ -41,6 +41,7 @@ from amrzip.formats.chombo import (
     ghost_width,
     int_vector,
     make_loader,
+    make_raw,
     read_offsets,
     space_dim,
 )
@@ -112,7 +113,8 @@ def read_amrex_hdf5(path) -> Hierarchy:
             layouts.append("multi-dataset" if multi else "single-dataset")
             dx, ratios = level_geometry(g, L, domains, dim, lw)
             steps.append(as_scalar(g.attrs["steps"], int) if "steps" in g.attrs else 0)
-            levels.append(Level(boxes, ratios, dx, domains[L], [0] * len(boxes), list(names), make_loader(entries, boxes)))
+            loader, raw = make_loader(entries, boxes), make_raw(entries, boxes, dim)
+            levels.append(Level(boxes, ratios, dx, domains[L], [0] * len(boxes), list(names), loader, raw_loader=raw))
         check_nesting(levels, None, where)
         g0 = f["level_0"]
         prob_lo, prob_hi = physical_extent(g0, levels[0].dx, domains[0], dim)

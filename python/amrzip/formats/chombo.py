@@ -158,6 +158,10 @@ class FlatSource:
             return self._map()[start:stop]
         return self._cache.file()[self.name][start:stop]
 
+    def bytes(self) -> np.ndarray:
+        """The mapped dataset's bytes (``mapped`` only)."""
+        return self._map().view(np.uint8)
+
 
 class HandleCache:
     """An h5py file handle opened on first need (only for datasets that cannot be mapped)."""
@@ -217,6 +221,24 @@ def make_loader(entries: dict, boxes: list[Box]):
         return a
 
     return load
+
+
+def make_raw(entries: dict, boxes: list[Box], dim: int):
+    """``Level.raw_loader`` for the fields in ``entries`` (see ``make_loader``): where each box's
+    values, ghost cells and all, sit in the mapped datasets; None unless every dataset is mapped
+    and in the machine's byte order (the writer then takes the boxes in place, no array each)."""
+    if not boxes or not all(src.mapped and src.dtype.isnative for src, *_ in entries.values()):
+        return None
+    shapes = np.array([box_shape(b) for b in boxes], dtype=np.int64).reshape(-1, dim)
+
+    def raw(field: str) -> tuple:
+        src, offsets, comp, ghost = entries[field]
+        # A box's components follow one another, each its box grown by the ghost cells.
+        n = np.prod(shapes + 2 * np.asarray(ghost, dtype=np.int64), axis=1)
+        starts = (np.asarray(offsets[:-1], dtype=np.int64) + comp * n) * src.dtype.itemsize
+        return [src.bytes()], np.zeros(len(boxes), dtype=np.int64), starts, src.dtype, "F", tuple(ghost)
+
+    return raw
 
 
 def level_ratios(attr, coarse: Box, fine: Optional[Box], dim: int) -> tuple[int, ...]:
@@ -389,7 +411,9 @@ def read_chombo(path) -> Hierarchy:
             owners = [0] * len(boxes)
             if "Processors" in g and g["Processors"].size == len(boxes):
                 owners = [int(v) for v in np.asarray(g["Processors"][()]).reshape(-1)]
-            levels.append(Level(boxes, ratios, dx, domains[L], owners, fields, make_loader(entries, boxes)))
+            levels.append(
+                Level(boxes, ratios, dx, domains[L], owners, fields, make_loader(entries, boxes), raw_loader=make_raw(entries, boxes, dim))
+            )
         check_nesting(levels, None, where)
         g0 = f["level_0"]
         prob_lo, prob_hi = physical_extent(g0, levels[0].dx, domains[0], dim)

@@ -187,9 +187,10 @@ def write(
         lev = h.level(L)
         raw = lev.raw_loader(fields[f]) if lev.raw_loader is not None else None
         if raw is not None and np.dtype(raw[3]) == dtypes[fields[f]]:
-            buffers, which, offsets, _, order = raw
+            buffers, which, offsets, _, order, ghost = raw
             mine = slice(None) if comm is None else np.asarray(levels[L][2], dtype=np.int64)
-            return buffers, np.ascontiguousarray(which[mine], np.int64), np.ascontiguousarray(offsets[mine], np.int64), order
+            which, offsets = (np.ascontiguousarray(a[mine], np.int64) for a in (which, offsets))
+            return buffers, which, offsets, order, tuple(int(g) for g in ghost)
         arrays = lev.field_data(fields[f])
         return arrays if comm is None else [arrays[j] for j in levels[L][2]]
 
