@@ -18,7 +18,7 @@ import amrzip
 from amrzip.amr import synthetic
 from amrzip.parallel.distribution import distribute, part
 
-from shared_data import AMREX, needs_data
+from shared_data import AMREX, CHOMBO, needs_data
 
 pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install mpi4py mpich)")
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
@@ -102,8 +102,14 @@ def test_a_killed_rank_ends_the_job_and_check_repair_cleans_up(tmp_path):
 
 
 @needs_data
-def test_mpiexec_convert_of_a_real_plotfile(tmp_path):
-    source = AMREX / "pelelmex_3d"
+@pytest.mark.parametrize("name", ["pelelmex_3d", "bisicles checkpoint"])
+def test_mpiexec_convert_of_a_real_file(tmp_path, name):
+    # Each rank takes its boxes in place from the file (ghost cells and all in the checkpoint).
+    if name == "pelelmex_3d":
+        source = AMREX / "pelelmex_3d"
+    else:
+        pytest.importorskip("h5py", reason="h5py is not installed (it is in requirements-dev.txt)")
+        source = CHOMBO / "chk.mismip3D.Benn.ssa.0lev.013000.2d.hdf5"
     cli = Path(sys.executable).parent / "amrzip"
     subprocess.run([str(cli), "convert", str(source), str(tmp_path / "serial"), "--rel", "1e-4"], check=True, capture_output=True, timeout=TIMEOUT)
     result = mpiexec(2, cli, "convert", source, tmp_path / "two", "--rel", "1e-4")
