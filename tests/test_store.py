@@ -322,25 +322,27 @@ def test_boxes_given_in_buffers_are_checked_before_use(tmp_path):
     h = two_level(fields=("rho",))
     ref = amrzip.write(h, tmp_path / "ref", rel=1e-3)
 
-    def in_buffers(lev, tamper=None, pad=3, ghost=0):
-        boxes = [np.pad(np.asfortranarray(lev.box_data("rho", i)), ghost, constant_values=np.nan) for i in range(lev.num_boxes)]
+    def in_buffers(lev, tamper=None, pad=3, ghost=0, dtype="=f8"):
+        boxes = [np.pad(np.asfortranarray(lev.box_data("rho", i)), ghost, constant_values=np.nan).astype(dtype) for i in range(lev.num_boxes)]
         buf = np.concatenate([np.zeros(pad, np.uint8)] + [b.ravel(order="F").view(np.uint8) for b in boxes])
         offsets = pad + np.cumsum([0] + [b.nbytes for b in boxes[:-1]])
-        raw = [[buf], np.zeros(len(boxes), np.int64), np.asarray(offsets, np.int64), np.dtype(np.float64), "F", (ghost,) * 3]
+        raw = [[buf], np.zeros(len(boxes), np.int64), np.asarray(offsets, np.int64), np.dtype(dtype), "F", (ghost,) * 3]
         if tamper:
             tamper(raw)
         return dataclasses.replace(lev, raw_loader=lambda f: tuple(raw))
 
-    def write(tamper=None, name="buf", pad=3, ghost=0):
-        levels = [in_buffers(lev, tamper if L == 1 else None, pad, ghost) for L, lev in enumerate(h.levels)]
+    def write(tamper=None, name="buf", pad=3, ghost=0, dtype="=f8"):
+        levels = [in_buffers(lev, tamper if L == 1 else None, pad, ghost, dtype) for L, lev in enumerate(h.levels)]
         return amrzip.write(dataclasses.replace(h, levels=levels), tmp_path / name, rel=1e-3, threads=2)
 
     # Misaligned values (copied) and aligned ones (taken in place), with NaN ghost cells around
-    # the boxes or none: the ghost cells are never read.
-    for pad, ghost in ((3, 0), (16, 0), (3, 2), (16, 1)):
-        out = write(name=f"buf{pad}-{ghost}", pad=pad, ghost=ghost)
+    # the boxes or none (they are never read), in either byte order (the other one copied).
+    swapped = ">f8" if np.little_endian else "<f8"
+    for pad, ghost, dtype in ((3, 0, "=f8"), (16, 0, "=f8"), (3, 2, "=f8"), (16, 1, "=f8"), (16, 0, swapped), (5, 1, swapped)):
+        name = f"buf{pad}-{ghost}-{dtype[0]}"
+        out = write(name=name, pad=pad, ghost=ghost, dtype=dtype)
         assert out["stored_bytes"] == ref["stored_bytes"]
-        assert_round_trip(h, amrzip.open(tmp_path / f"buf{pad}-{ghost}"))
+        assert_round_trip(h, amrzip.open(tmp_path / name))
 
     def past_end(raw):
         raw[2] = raw[2] + raw[0][0].size

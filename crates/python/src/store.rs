@@ -123,13 +123,24 @@ struct Span {
     at: usize,
     n: usize,
     layout: Layout,
+    /// The values are in the other byte order (a file's), to be swapped as they are copied.
+    swapped: bool,
 }
 
-/// A misaligned box's values, copied aligned. Memory-mapped plotfiles give such boxes (a FAB's
-/// values follow a text header of any length). Copied by numpy one by one through `convert`,
-/// under the GIL, they held a two-thread write from a plotfile to one thread's speed (a 128^3
-/// Nyx-like plotfile in the `speed` preset: 2.05 s either way); copied here, on the write's
-/// threads, two threads take 1.30 s.
+impl Span {
+    /// Whether the writer must copy the values: misaligned (f32 and f64 align to their size), or
+    /// in the other byte order.
+    fn copied(&self, dtype: DType) -> bool {
+        self.swapped || !self.at.is_multiple_of(dtype.size())
+    }
+}
+
+/// A box's values copied, aligned and in the machine's byte order. Memory-mapped plotfiles give
+/// misaligned boxes (a FAB's values follow a text header of any length), and files written on
+/// another machine the other byte order. Copied by numpy one by one through `convert`, under the
+/// GIL, they held a two-thread write from a plotfile to one thread's speed (a 128^3 Nyx-like
+/// plotfile in the `speed` preset: 2.05 s either way); copied here, on the write's threads, two
+/// threads take 1.30 s.
 enum Copied {
     F32(Vec<f32>),
     F64(Vec<f64>),
@@ -148,8 +159,20 @@ impl Copied {
             v
         }
         match dtype {
-            DType::F32 => Copied::F32(unsafe { copy(span.at, span.n) }),
-            DType::F64 => Copied::F64(unsafe { copy(span.at, span.n) }),
+            DType::F32 => {
+                let mut v: Vec<f32> = unsafe { copy(span.at, span.n) };
+                if span.swapped {
+                    v.iter_mut().for_each(|x| *x = f32::from_bits(x.to_bits().swap_bytes()));
+                }
+                Copied::F32(v)
+            }
+            DType::F64 => {
+                let mut v: Vec<f64> = unsafe { copy(span.at, span.n) };
+                if span.swapped {
+                    v.iter_mut().for_each(|x| *x = f64::from_bits(x.to_bits().swap_bytes()));
+                }
+                Copied::F64(v)
+            }
         }
     }
 }
@@ -228,7 +251,7 @@ impl PySource {
             } else {
                 return None;
             };
-            let span = Span { at: array.data() as usize, n: array.len(), layout };
+            let span = Span { at: array.data() as usize, n: array.len(), layout, swapped: false };
             Some((array.clone().into_any(), span, array.shape().to_vec()))
         }
         let take = |a: &Bound<'py, PyAny>| match self.dtypes[field] {
@@ -275,14 +298,16 @@ impl PySource {
     }
 
     /// The spans of every box in buffers, from `(buffers, buffer number per box, byte offset per
-    /// box, "F" or "C", ghost width per dimension)` (see `Level.raw_loader`), each checked to lie
-    /// inside its buffer; and the ghost widths, the same for every box.
+    /// box, "F" or "C", ghost width per dimension, whether the values are in the other byte
+    /// order)` (see `Level.raw_loader`), each checked to lie inside its buffer; and the ghost
+    /// widths, the same for every box.
     fn buffer_spans<'py>(&self, got: &Bound<'py, PyTuple>, level: usize, field: usize) -> PyResult<Spans<'py>> {
         let name = &self.names[field];
         let bad = |what: String| PyValueError::new_err(format!("level {level} field {name:?}: {what}"));
-        type Raw<'py> = (Vec<Bound<'py, PyAny>>, numpy::PyReadonlyArray1<'py, i64>, numpy::PyReadonlyArray1<'py, i64>, String, Vec<usize>);
-        let (buffers, which, offsets, order, ghost): Raw<'py> =
-            got.extract().map_err(|e| bad(format!("not (buffers, buffer per box, offset per box, order, ghost widths): {e}")))?;
+        type Raw<'py> =
+            (Vec<Bound<'py, PyAny>>, numpy::PyReadonlyArray1<'py, i64>, numpy::PyReadonlyArray1<'py, i64>, String, Vec<usize>, bool);
+        let (buffers, which, offsets, order, ghost, swapped): Raw<'py> =
+            got.extract().map_err(|e| bad(format!("not (buffers, buffer per box, offset per box, order, ghost widths, swapped): {e}")))?;
         let layout = match order.as_str() {
             "F" => Layout::Fortran,
             "C" => Layout::C,
@@ -322,7 +347,7 @@ impl PySource {
                     usize::try_from(off).ok().filter(|&o| n.checked_mul(size).and_then(|b| b.checked_add(o)).is_some_and(|e| e <= len));
                 let off =
                     inside.ok_or_else(|| bad(format!("box {i}: {n} values from byte {off} do not fit in buffer {w} of {len} bytes")))?;
-                Ok(Span { at: at + off, n, layout })
+                Ok(Span { at: at + off, n, layout, swapped })
             })
             .collect::<PyResult<Vec<_>>>()?;
         Ok((buffers, spans, ghost))
@@ -340,16 +365,14 @@ impl store::BoxSource for PySource {
             }
             .map_err(|e| self.keep(e))?;
             let dtype = self.dtypes[field];
-            // f32 and f64 are aligned to their size.
-            let misaligned = |s: &Span| !s.at.is_multiple_of(dtype.size());
-            let copies: Vec<Option<Copied>> = if !spans.iter().any(misaligned) {
+            let copies: Vec<Option<Copied>> = if !spans.iter().any(|s| s.copied(dtype)) {
                 Vec::new()
             } else {
                 py.detach(|| {
                     amrzip_codec::run_with_threads(self.threads, || {
                         // SAFETY: every span lies in an array or buffer held in `_held`; the
                         // writer never writes to them.
-                        Ok(spans.par_iter().map(|s| misaligned(s).then(|| unsafe { Copied::of(dtype, s) })).collect())
+                        Ok(spans.par_iter().map(|s| s.copied(dtype).then(|| unsafe { Copied::of(dtype, s) })).collect())
                     })
                 })
                 .map_err(|e| self.keep(PyValueError::new_err(e.to_string())))?
@@ -358,7 +381,7 @@ impl store::BoxSource for PySource {
                 .iter()
                 .enumerate()
                 .map(|(i, s)| {
-                    // SAFETY: aligned (else copied above), at least one value (a box has a
+                    // SAFETY: aligned and in native order (else copied above), at least one value (a box has a
                     // cell), inside what `_held` holds until the writer returns, never written.
                     let values = match (copies.get(i).and_then(Option::as_ref), dtype) {
                         (Some(Copied::F32(v)), _) => store::Values::F32(v),

@@ -80,8 +80,8 @@ class Level(LevelGeometry):
     bulk_loader: Optional[Callable[[str], list]] = field(default=None, repr=False, compare=False)
     # field -> where every box's values sit in a few buffers, for writers to take them without
     # an array per box (a plotfile's, a Chombo file's): (buffers: uint8 arrays, buffer number
-    # per box, byte offset per box, dtype, "F" or "C", ghost width per dimension); each box's
-    # values, grown by the ghost widths, are contiguous in that order.
+    # per box, byte offset per box, dtype (either byte order), "F" or "C", ghost width per
+    # dimension); each box's values, grown by the ghost widths, are contiguous in that order.
     raw_loader: Optional[Callable[[str], tuple]] = field(default=None, repr=False, compare=False)
 
     @property

@@ -226,8 +226,8 @@ def make_loader(entries: dict, boxes: list[Box]):
 def make_raw(entries: dict, boxes: list[Box], dim: int):
     """``Level.raw_loader`` for the fields in ``entries`` (see ``make_loader``): where each box's
     values, ghost cells and all, sit in the mapped datasets; None unless every dataset is mapped
-    and in the machine's byte order (the writer then takes the boxes in place, no array each)."""
-    if not boxes or not all(src.mapped and src.dtype.isnative for src, *_ in entries.values()):
+    (the writer then takes the boxes in place, no array each)."""
+    if not boxes or not all(src.mapped for src, *_ in entries.values()):
         return None
     shapes = np.array([box_shape(b) for b in boxes], dtype=np.int64).reshape(-1, dim)
 

@@ -419,10 +419,10 @@ def _read_level(root: Path, L: int, rel: str, dim: int, nfields: int, files: _Fi
         return a[crop] if any(ngrow) else a
 
     # Where each box's values sit in the data files, for a writer to take them in place (no
-    # numpy view per box, ghost cells and all): when none needs a copy to be read (the machine's
-    # byte order).
+    # numpy view per box, ghost cells and all; the writer swaps another byte order as it copies):
+    # unless AMReX's mixed byte order needs a gather to read them.
     raw = None
-    if entries and all(e[3] is None and e[2].isnative for e in entries):
+    if entries and all(e[3] is None for e in entries):
         keys = list(dict.fromkeys(e[0] for e in entries))
         number = {k: n for n, k in enumerate(keys)}
         which = np.array([number[e[0]] for e in entries], dtype=np.int64)

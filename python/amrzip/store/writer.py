@@ -182,15 +182,16 @@ def write(
     def boxes(L: int, f: int):
         # One field of one level at a time: readers of HDF5 files load a box when asked. The core
         # checks each array's shape, and hands back to `convert` those it cannot take as they are.
-        # A reader that knows where every box's values sit (a plotfile's) gives that instead: no
-        # Python object per box.
+        # A reader that knows where every box's values sit (a plotfile's, a Chombo file's) gives
+        # that instead: no Python object per box.
         lev = h.level(L)
         raw = lev.raw_loader(fields[f]) if lev.raw_loader is not None else None
-        if raw is not None and np.dtype(raw[3]) == dtypes[fields[f]]:
-            buffers, which, offsets, _, order, ghost = raw
+        if raw is not None and np.dtype(raw[3]).newbyteorder("=") == dtypes[fields[f]]:
+            buffers, which, offsets, dtype, order, ghost = raw
             mine = slice(None) if comm is None else np.asarray(levels[L][2], dtype=np.int64)
             which, offsets = (np.ascontiguousarray(a[mine], np.int64) for a in (which, offsets))
-            return buffers, which, offsets, order, tuple(int(g) for g in ghost)
+            # The core swaps the bytes of values in the other order as it copies them.
+            return buffers, which, offsets, order, tuple(int(g) for g in ghost), not np.dtype(dtype).isnative
         arrays = lev.field_data(fields[f])
         return arrays if comm is None else [arrays[j] for j in levels[L][2]]
 
