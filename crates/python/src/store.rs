@@ -150,29 +150,20 @@ impl Copied {
     /// # Safety
     /// `span` holds its values of `dtype`, at any alignment, not written meanwhile.
     unsafe fn of(dtype: DType, span: &Span) -> Copied {
-        unsafe fn copy<T>(at: usize, n: usize) -> Vec<T> {
-            let mut v = Vec::<T>::with_capacity(n);
-            unsafe {
-                std::ptr::copy_nonoverlapping(at as *const u8, v.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
-                v.set_len(n);
-            }
-            v
+        // Read as byte arrays, which align to 1; in one pass, swapped or not.
+        macro_rules! copy {
+            ($float:ty, $bits:ty, $size:literal) => {{
+                let bytes = unsafe { std::slice::from_raw_parts(span.at as *const [u8; $size], span.n) };
+                let value = |b: &[u8; $size]| <$bits>::from_ne_bytes(*b);
+                match span.swapped {
+                    false => bytes.iter().map(|b| <$float>::from_bits(value(b))).collect(),
+                    true => bytes.iter().map(|b| <$float>::from_bits(value(b).swap_bytes())).collect(),
+                }
+            }};
         }
         match dtype {
-            DType::F32 => {
-                let mut v: Vec<f32> = unsafe { copy(span.at, span.n) };
-                if span.swapped {
-                    v.iter_mut().for_each(|x| *x = f32::from_bits(x.to_bits().swap_bytes()));
-                }
-                Copied::F32(v)
-            }
-            DType::F64 => {
-                let mut v: Vec<f64> = unsafe { copy(span.at, span.n) };
-                if span.swapped {
-                    v.iter_mut().for_each(|x| *x = f64::from_bits(x.to_bits().swap_bytes()));
-                }
-                Copied::F64(v)
-            }
+            DType::F32 => Copied::F32(copy!(f32, u32, 4)),
+            DType::F64 => Copied::F64(copy!(f64, u64, 8)),
         }
     }
 }
