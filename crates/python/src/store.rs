@@ -372,8 +372,9 @@ impl store::BoxSource for PySource {
                 .iter()
                 .enumerate()
                 .map(|(i, s)| {
-                    // SAFETY: aligned and in native order (else copied above), at least one value (a box has a
-                    // cell), inside what `_held` holds until the writer returns, never written.
+                    // SAFETY: aligned and in native order (else copied above), at least one
+                    // value (a box has a cell), inside what `_held` holds until the writer
+                    // returns, never written.
                     let values = match (copies.get(i).and_then(Option::as_ref), dtype) {
                         (Some(Copied::F32(v)), _) => store::Values::F32(v),
                         (Some(Copied::F64(v)), _) => store::Values::F64(v),
