@@ -235,13 +235,10 @@ fn hz_efficiency<'py>(py: Python<'py>, shape: Vec<usize>, block_bits: u32, keep:
 #[pyo3(signature = (store_path, name=None))]
 fn snapshot_kind(py: Python<'_>, store_path: PathBuf, name: Option<String>) -> PyResult<&'static str> {
     py.detach(|| {
-        let entry = store::Store::open(&store_path)?.find(name.as_deref())?;
-        Ok(if multires::holds_multires(&entry) {
-            "multires"
-        } else if store::variables::holds_variables(&entry) {
-            "variables"
-        } else {
-            "amr"
+        Ok(match store::Store::open(&store_path)?.find(name.as_deref())?.holds() {
+            store::Holds::Multires => "multires",
+            store::Holds::Variables => "variables",
+            store::Holds::Amr => "amr",
         })
     })
     .map_err(store_err)

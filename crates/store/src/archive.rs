@@ -10,15 +10,16 @@
 use crate::error::{corrupt, Error, Result};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipArchive, ZipWriter};
 
 struct Entry {
-    index: usize,
+    /// Where its local header starts, as the central directory says.
+    header_start: u64,
     size: u64,
     crc32: u32,
     data_start: OnceLock<u64>,
@@ -30,7 +31,6 @@ pub struct Archive {
     file: File,
     len: u64,
     entries: HashMap<String, Entry>,
-    zip: Mutex<ZipArchive<File>>,
     /// Bytes read from the file so far (central directory excluded).
     pub bytes_read: AtomicU64,
 }
@@ -66,10 +66,13 @@ impl Archive {
     pub fn open(path: &Path) -> Result<Archive> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let mut zip = ZipArchive::new(file.try_clone().map_err(|e| Error::io(path, e))?).map_err(|e| zip_error(path, e))?;
+        // Buffered: the central directory is parsed in reads of a record's few fields each.
+        let zip = ZipArchive::new(BufReader::new(file.try_clone().map_err(|e| Error::io(path, e))?)).map_err(|e| zip_error(path, e))?;
         let mut entries = HashMap::with_capacity(zip.len());
+        // The central directory's records only: each entry's local header is read when the entry
+        // is (a snapshot has hundreds of entries, and a reader wants few of them).
         for index in 0..zip.len() {
-            let e = zip.by_index_raw(index).map_err(|e| zip_error(path, e))?;
+            let e = zip.by_index_data(index).map_err(|e| zip_error(path, e))?;
             let name = e.name().map_err(|e| zip_error(path, e))?.into_owned();
             if e.compression() != CompressionMethod::Stored || e.encrypted() || e.size() != e.compressed_size() {
                 return Err(corrupt!(
@@ -77,16 +80,12 @@ impl Archive {
                     path.display()
                 ));
             }
-            let entry = Entry { index, size: e.size(), crc32: e.crc32(), data_start: OnceLock::new() };
-            if let Some(start) = e.data_start() {
-                let _ = entry.data_start.set(start);
-            }
-            drop(e);
+            let entry = Entry { header_start: e.header_start(), size: e.size(), crc32: e.crc32(), data_start: OnceLock::new() };
             if entries.insert(name.clone(), entry).is_some() {
                 return Err(corrupt!("{}: entry {name} appears twice", path.display()));
             }
         }
-        Ok(Archive { path: path.to_path_buf(), file, len, entries, zip: Mutex::new(zip), bytes_read: AtomicU64::new(0) })
+        Ok(Archive { path: path.to_path_buf(), file, len, entries, bytes_read: AtomicU64::new(0) })
     }
 
     pub fn path(&self) -> &Path {
@@ -114,23 +113,32 @@ impl Archive {
         self.entries.get(name).ok_or_else(|| corrupt!("{}: entry {name} missing", self.path.display()))
     }
 
+    /// Entry `name`'s local header: the lengths of its name and extra field, after checking
+    /// that a local header is where the central directory points.
+    fn local_header(&self, name: &str, e: &Entry) -> Result<(u16, u16)> {
+        let bad = |what: &str| corrupt!("{}: entry {name}: {what}", self.path.display());
+        let mut head = [0u8; 30];
+        read_at(&self.file, &mut head, e.header_start).map_err(|_| bad("local header past the end of the file"))?;
+        if head[..4] != [0x50, 0x4b, 0x03, 0x04] {
+            return Err(bad("no local header where the central directory points"));
+        }
+        Ok((u16::from_le_bytes([head[26], head[27]]), u16::from_le_bytes([head[28], head[29]])))
+    }
+
     /// Checks every entry's local header against the central directory: its signature and the
     /// same name. A name damaged in the central directory alone moves an entry (a shard) to
     /// another key, which only a reader that checks its chunks' position tags would notice.
     pub fn check_local_names(&self) -> Result<()> {
-        let bad = |name: &str, what: &str| corrupt!("{}: entry {name}: {what}", self.path.display());
-        let mut zip = self.zip.lock().unwrap_or_else(|p| p.into_inner());
         for (name, e) in &self.entries {
-            let start = zip.by_index_raw(e.index).map_err(|err| zip_error(&self.path, err))?.header_start();
-            let mut head = [0u8; 30];
-            read_at(&self.file, &mut head, start).map_err(|_| bad(name, "local header past the end of the file"))?;
-            if head[..4] != [0x50, 0x4b, 0x03, 0x04] {
-                return Err(bad(name, "no local header where the central directory points"));
-            }
-            let mut local = vec![0u8; u16::from_le_bytes([head[26], head[27]]) as usize];
-            read_at(&self.file, &mut local, start + 30).map_err(|_| bad(name, "local header past the end of the file"))?;
+            let mut local = vec![0u8; self.local_header(name, e)?.0 as usize];
+            read_at(&self.file, &mut local, e.header_start + 30)
+                .map_err(|_| corrupt!("{}: entry {name}: local header past the end of the file", self.path.display()))?;
             if local != name.as_bytes() {
-                return Err(bad(name, &format!("named {:?} in its local header", String::from_utf8_lossy(&local))));
+                return Err(corrupt!(
+                    "{}: entry {name}: named {:?} in its local header",
+                    self.path.display(),
+                    String::from_utf8_lossy(&local)
+                ));
             }
         }
         Ok(())
@@ -141,9 +149,8 @@ impl Archive {
         if let Some(&start) = e.data_start.get() {
             return Ok(start);
         }
-        let mut zip = self.zip.lock().unwrap_or_else(|p| p.into_inner());
-        let f = zip.by_index_raw(e.index).map_err(|err| zip_error(&self.path, err))?;
-        let start = f.data_start().ok_or_else(|| corrupt!("{}: entry {name} has no readable local header", self.path.display()))?;
+        let (name_len, extra_len) = self.local_header(name, e)?;
+        let start = e.header_start + 30 + name_len as u64 + extra_len as u64;
         if start.checked_add(e.size).is_none_or(|end| end > self.len) {
             return Err(corrupt!("{}: entry {name} runs past the end of the file", self.path.display()));
         }

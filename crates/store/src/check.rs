@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::layout::{self, ROOT, WRITING_PREFIX};
 use crate::metadata::SnapshotMeta;
 use crate::reader::Snapshot;
-use crate::store::{interrupted, sync_dir, SnapshotEntry, SnapshotKind, Store};
+use crate::store::{interrupted, sync_dir, Holds, SnapshotEntry, SnapshotKind, Store};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::Path;
@@ -43,12 +43,10 @@ pub fn check(path: &Path, repair: bool) -> Result<Value> {
     let mut snapshots = Vec::new();
     let mut ok = true;
     for entry in store.snapshots()? {
-        let verified = if crate::variables::holds_variables(&entry) {
-            crate::variables::VariablesFile::open(&entry.path).and_then(|f| f.verify())
-        } else if crate::multires::holds_multires(&entry) {
-            crate::multires::MultiresSnapshot::open(&entry).and_then(|s| s.verify())
-        } else {
-            Snapshot::open(&entry).and_then(|s| s.verify())
+        let verified = match entry.holds() {
+            Holds::Variables => crate::variables::VariablesFile::open(&entry.path).and_then(|f| f.verify()),
+            Holds::Multires => crate::multires::MultiresSnapshot::open(&entry).and_then(|s| s.verify()),
+            Holds::Amr => Snapshot::open(&entry).and_then(|s| s.verify()),
         };
         let report = match verified {
             Ok(chunks) => json!({"name": entry.name, "path": entry.path.to_string_lossy(), "ok": true, "chunks": chunks}),

@@ -34,7 +34,7 @@ pub mod zarr_codec;
 
 pub use error::{Error, ErrorKind, Result};
 pub use reader::{Covered, Snapshot};
-pub use store::{SnapshotEntry, SnapshotKind, Store};
+pub use store::{Holds, SnapshotEntry, SnapshotKind, Store};
 pub use writer::{
     write_snapshot, write_snapshot_parallel, BoxData, BoxSource, FieldSpec, LevelSpec, SnapshotSpec, Values, WriteOptions, WriteSummary,
 };

@@ -214,12 +214,6 @@ pub fn write(
     Ok(summaries)
 }
 
-/// Whether the snapshot at `entry` is a multiresolution one.
-pub fn holds_multires(entry: &SnapshotEntry) -> bool {
-    let root = || -> Option<Value> { serde_json::from_slice(&Archive::open(&entry.path).ok()?.read(crate::layout::ROOT).ok()?).ok() };
-    entry.kind == SnapshotKind::File && root().is_some_and(|r| r["attributes"]["amrzip"]["kind"] == KIND)
-}
-
 struct Field {
     name: String,
     index: Index,

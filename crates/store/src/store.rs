@@ -58,6 +58,33 @@ impl SnapshotEntry {
     }
 }
 
+/// What a snapshot holds, as its root document's `amrzip.kind` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// An AMR hierarchy (no kind; also what a version-1 folder or an unreadable file is taken
+    /// for, whose reader then says what is wrong).
+    Amr,
+    /// Plain variables (`"variables"`).
+    Variables,
+    /// A multiresolution array (`"multires"`).
+    Multires,
+}
+
+impl SnapshotEntry {
+    /// What the snapshot holds, from its root document (one open of the file).
+    pub fn holds(&self) -> Holds {
+        let root = || -> Option<Value> { serde_json::from_slice(&crate::archive::Archive::open(&self.path).ok()?.read(ROOT).ok()?).ok() };
+        if self.kind != SnapshotKind::File {
+            return Holds::Amr;
+        }
+        match root().as_ref().and_then(|r| r["attributes"]["amrzip"]["kind"].as_str()) {
+            Some(crate::multires::KIND) => Holds::Multires,
+            Some(crate::variables::KIND) => Holds::Variables,
+            _ => Holds::Amr,
+        }
+    }
+}
+
 pub struct Store {
     path: PathBuf,
     version: u64,

@@ -15,13 +15,15 @@ use crate::archive::Archive;
 use crate::error::{corrupt, invalid, Error, ErrorKind, Result};
 use crate::metadata::{dtype_from_name, dtype_name};
 use crate::parallel::{assign_owners, begin_together, commit_together, guarded, ArchiveRounds, Collective, Group, OWNER_PENALTY};
-use crate::store::{PendingSnapshot, SnapshotEntry, SnapshotKind, Store};
+use crate::store::{PendingSnapshot, Store};
 use crate::writer::{on_pool, Values};
 use amrzip_codec::{finite_range, strides, ByteReader, Config, DType, Element, ErrorBound, Policy, Preset, StreamEncoder};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// `amrzip.kind` of a variables snapshot's root group.
+pub const KIND: &str = "variables";
 /// Version of the variables layout (`amrzip.kind` = "variables" in the root group).
 pub const VARIABLES_VERSION: u64 = 1;
 /// Elements of a chunk when the caller gives no chunk shape (1 MiB of float32).
@@ -645,7 +647,7 @@ impl VariablesWriter {
         if group.rank() == 0 {
             let names: Vec<&str> = self.vars.iter().map(|v| v.name.as_str()).collect();
             let root = json!({"zarr_format": 3, "node_type": "group", "attributes": {"amrzip": {
-                "kind": "variables", "variables_version": VARIABLES_VERSION, "variables": names}}});
+                "kind": KIND, "variables_version": VARIABLES_VERSION, "variables": names}}});
             entries.push(("zarr.json".to_string(), serde_json::to_vec_pretty(&root).expect("JSON")));
             for (var, s) in self.vars.iter().zip(&variables) {
                 entries.push((
@@ -816,7 +818,7 @@ impl VariablesFile {
         let here = path.display().to_string();
         let root: Value = serde_json::from_slice(&archive.read("zarr.json")?).map_err(|e| corrupt!("{here}: zarr.json: {e}"))?;
         let attrs = &root["attributes"]["amrzip"];
-        if attrs["kind"] != "variables" {
+        if attrs["kind"] != KIND {
             return Err(Error::new(
                 ErrorKind::Invalid,
                 format!("{here}: not a snapshot of variables (an AMR snapshot? open it with amrzip.open)"),
@@ -1020,12 +1022,6 @@ impl VariablesFile {
         }
         Ok((out, method))
     }
-}
-
-/// Whether the snapshot at `entry` is one of variables (a file whose root group says so).
-pub fn holds_variables(entry: &SnapshotEntry) -> bool {
-    let root = || -> Option<Value> { serde_json::from_slice(&Archive::open(&entry.path).ok()?.read("zarr.json").ok()?).ok() };
-    entry.kind == SnapshotKind::File && root().is_some_and(|r| r["attributes"]["amrzip"]["kind"] == "variables")
 }
 
 /// A variable's description from its array document, checked.
