@@ -171,10 +171,24 @@ fn cells_of(b: &IBox, node: &[bool]) -> IBox {
 pub struct BoxIndex {
     boxes: Vec<IBox>,
     cell: Vec<i64>,
-    map: std::collections::HashMap<Vec<i64>, Vec<u32>>,
+    buckets: Buckets,
     /// The grid cells any box touches (None: no box).
     reach: Option<IBox>,
 }
+
+/// A grid cell's box numbers, in box order.
+enum Buckets {
+    /// Every grid cell of the reach, in C order: cell `k`'s boxes are `ids[starts[k]..starts[k + 1]]`.
+    /// Hashing a key per grid cell took most of a store's opening (its levels' nesting check).
+    Dense { starts: Vec<usize>, ids: Vec<u32> },
+    /// Only the cells some box touches, where the reach is mostly empty.
+    Sparse(std::collections::HashMap<Vec<i64>, Vec<u32>>),
+}
+
+/// A dense grid may have this many cells per box (plus `DENSE_SLACK`): a level covering little
+/// of its domain keeps its boxes' cells in a map instead.
+const DENSE_PER_BOX: usize = 64;
+const DENSE_SLACK: usize = 4096;
 
 impl BoxIndex {
     pub fn new(boxes: Vec<IBox>) -> BoxIndex {
@@ -186,18 +200,37 @@ impl BoxIndex {
                 e[e.len() / 2].max(1)
             })
             .collect();
-        let mut index = BoxIndex { boxes: Vec::new(), cell, map: std::collections::HashMap::new(), reach: None };
-        for (i, b) in boxes.iter().enumerate() {
-            let span = index.span(b);
-            for_each_cell(&span, |c| index.map.entry(c.to_vec()).or_default().push(i as u32));
-            index.reach = Some(match index.reach.take() {
-                None => span,
-                Some(r) => IBox::new(
-                    r.lo.iter().zip(&span.lo).map(|(&a, &b)| a.min(b)).collect(),
-                    r.hi.iter().zip(&span.hi).map(|(&a, &b)| a.max(b)).collect(),
-                ),
-            });
-        }
+        let mut index = BoxIndex { boxes: Vec::new(), cell, buckets: Buckets::Sparse(Default::default()), reach: None };
+        let spans: Vec<IBox> = boxes.iter().map(|b| index.span(b)).collect();
+        index.reach = spans.iter().cloned().reduce(|r, s| {
+            IBox::new(r.lo.iter().zip(&s.lo).map(|(&a, &b)| a.min(b)).collect(), r.hi.iter().zip(&s.hi).map(|(&a, &b)| a.max(b)).collect())
+        });
+        let dense = index.reach.as_ref().and_then(IBox::cells).filter(|&n| n <= DENSE_PER_BOX * boxes.len() + DENSE_SLACK);
+        index.buckets = match (dense, &index.reach) {
+            (Some(n), Some(reach)) => {
+                // Counted, then filled in box order.
+                let mut starts = vec![0usize; n + 1];
+                spans.iter().for_each(|s| for_each_cell(s, |c| starts[reach.offset_c(c) + 1] += 1));
+                (0..n).for_each(|k| starts[k + 1] += starts[k]);
+                let mut next = starts.clone();
+                let mut ids = vec![0u32; starts[n]];
+                for (i, s) in spans.iter().enumerate() {
+                    for_each_cell(s, |c| {
+                        let k = reach.offset_c(c);
+                        ids[next[k]] = i as u32;
+                        next[k] += 1;
+                    });
+                }
+                Buckets::Dense { starts, ids }
+            }
+            _ => {
+                let mut map: std::collections::HashMap<Vec<i64>, Vec<u32>> = std::collections::HashMap::new();
+                for (i, s) in spans.iter().enumerate() {
+                    for_each_cell(s, |c| map.entry(c.to_vec()).or_default().push(i as u32));
+                }
+                Buckets::Sparse(map)
+            }
+        };
         index.boxes = boxes;
         index
     }
@@ -217,10 +250,17 @@ impl BoxIndex {
     pub fn meeting(&self, b: &IBox) -> Vec<usize> {
         let mut out = Vec::new();
         // Clipped to where boxes are, so that a huge query walks no empty grid cells.
-        let Some(span) = self.reach.as_ref().and_then(|r| self.span(b).intersect(r)) else { return out };
-        for_each_cell(&span, |c| {
-            if let Some(ids) = self.map.get(c) {
-                out.extend(ids.iter().map(|&i| i as usize).filter(|&i| self.boxes[i].intersect(b).is_some()));
+        let Some((reach, span)) = self.reach.as_ref().and_then(|r| Some((r, self.span(b).intersect(r)?))) else { return out };
+        let mut add = |ids: &[u32]| out.extend(ids.iter().map(|&i| i as usize).filter(|&i| self.boxes[i].intersect(b).is_some()));
+        for_each_cell(&span, |c| match &self.buckets {
+            Buckets::Dense { starts, ids } => {
+                let k = reach.offset_c(c);
+                add(&ids[starts[k]..starts[k + 1]]);
+            }
+            Buckets::Sparse(map) => {
+                if let Some(ids) = map.get(c) {
+                    add(ids);
+                }
             }
         });
         out.sort_unstable();
@@ -361,6 +401,35 @@ mod tests {
         assert_eq!(check_nesting(&[(&coarse, &[2, 2]), (&fine, &[1, 1])], &[false, false]), Ok(()));
         fine.push(IBox::from_slices(&[160, 0], &[161, 1]));
         assert!(check_nesting(&[(&coarse, &[2, 2]), (&fine, &[1, 1])], &[false, false]).unwrap_err().contains("box 6400"));
+    }
+
+    #[test]
+    fn box_index_finds_exactly_the_boxes_that_meet_a_query() {
+        // Pseudo-random boxes, clustered (a dense grid) and spread over a huge domain (a map),
+        // against every query a brute force answers; queries reach past the boxes and below 0.
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut next = |n: i64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 33) % n as u64) as i64
+        };
+        for spread in [64, 1 << 40] {
+            let boxes: Vec<IBox> = (0..300)
+                .map(|_| {
+                    let lo: Vec<i64> = (0..3).map(|_| next(spread) - spread / 4).collect();
+                    let hi: Vec<i64> = lo.iter().map(|&l| l + next(12)).collect();
+                    IBox::new(lo, hi)
+                })
+                .collect();
+            let index = BoxIndex::new(boxes.clone());
+            assert_eq!(matches!(index.buckets, Buckets::Dense { .. }), spread == 64);
+            for _ in 0..300 {
+                let lo: Vec<i64> = (0..3).map(|_| next(spread + 40) - spread / 4 - 20).collect();
+                let q = IBox::new(lo.clone(), lo.iter().map(|&l| l + next(30)).collect());
+                let want: Vec<usize> = (0..boxes.len()).filter(|&i| boxes[i].intersect(&q).is_some()).collect();
+                assert_eq!(index.meeting(&q), want);
+            }
+        }
+        assert!(BoxIndex::new(Vec::new()).meeting(&IBox::from_slices(&[0], &[5])).is_empty());
     }
 
     #[test]
