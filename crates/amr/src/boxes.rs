@@ -185,6 +185,14 @@ enum Buckets {
     Sparse(std::collections::HashMap<Vec<i64>, Vec<u32>>),
 }
 
+/// The cells of the grid of cell `cell` that `b` touches.
+fn grid_span(cell: &[i64], b: &IBox) -> IBox {
+    IBox::new(
+        b.lo.iter().zip(cell).map(|(&l, &c)| l.div_euclid(c)).collect(),
+        b.hi.iter().zip(cell).map(|(&h, &c)| h.div_euclid(c)).collect(),
+    )
+}
+
 /// A dense grid may have this many cells per box (plus `DENSE_SLACK`): a level covering little
 /// of its domain keeps its boxes' cells in a map instead.
 const DENSE_PER_BOX: usize = 64;
@@ -200,13 +208,12 @@ impl BoxIndex {
                 e[e.len() / 2].max(1)
             })
             .collect();
-        let mut index = BoxIndex { boxes: Vec::new(), cell, buckets: Buckets::Sparse(Default::default()), reach: None };
-        let spans: Vec<IBox> = boxes.iter().map(|b| index.span(b)).collect();
-        index.reach = spans.iter().cloned().reduce(|r, s| {
+        let spans: Vec<IBox> = boxes.iter().map(|b| grid_span(&cell, b)).collect();
+        let reach = spans.iter().cloned().reduce(|r, s| {
             IBox::new(r.lo.iter().zip(&s.lo).map(|(&a, &b)| a.min(b)).collect(), r.hi.iter().zip(&s.hi).map(|(&a, &b)| a.max(b)).collect())
         });
-        let dense = index.reach.as_ref().and_then(IBox::cells).filter(|&n| n <= DENSE_PER_BOX * boxes.len() + DENSE_SLACK);
-        index.buckets = match (dense, &index.reach) {
+        let dense = reach.as_ref().and_then(IBox::cells).filter(|&n| n <= DENSE_PER_BOX * boxes.len() + DENSE_SLACK);
+        let buckets = match (dense, &reach) {
             (Some(n), Some(reach)) => {
                 // Counted, then filled in box order.
                 let mut starts = vec![0usize; n + 1];
@@ -231,15 +238,7 @@ impl BoxIndex {
                 Buckets::Sparse(map)
             }
         };
-        index.boxes = boxes;
-        index
-    }
-
-    fn span(&self, b: &IBox) -> IBox {
-        IBox::new(
-            b.lo.iter().zip(&self.cell).map(|(&l, &c)| l.div_euclid(c)).collect(),
-            b.hi.iter().zip(&self.cell).map(|(&h, &c)| h.div_euclid(c)).collect(),
-        )
+        BoxIndex { boxes, cell, buckets, reach }
     }
 
     pub fn boxes(&self) -> &[IBox] {
@@ -250,7 +249,7 @@ impl BoxIndex {
     pub fn meeting(&self, b: &IBox) -> Vec<usize> {
         let mut out = Vec::new();
         // Clipped to where boxes are, so that a huge query walks no empty grid cells.
-        let Some((reach, span)) = self.reach.as_ref().and_then(|r| Some((r, self.span(b).intersect(r)?))) else { return out };
+        let Some((reach, span)) = self.reach.as_ref().and_then(|r| Some((r, grid_span(&self.cell, b).intersect(r)?))) else { return out };
         let mut add = |ids: &[u32]| out.extend(ids.iter().map(|&i| i as usize).filter(|&i| self.boxes[i].intersect(b).is_some()));
         for_each_cell(&span, |c| match &self.buckets {
             Buckets::Dense { starts, ids } => {

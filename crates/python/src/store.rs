@@ -168,6 +168,10 @@ impl Copied {
     }
 }
 
+/// Box values as the writer takes them: what holds them, where each box's values are, and the
+/// ghost widths of every box (empty: none).
+type Spans<'py> = (Vec<Bound<'py, PyAny>>, Vec<Span>, Vec<usize>);
+
 /// Box values from a Python function `boxes(level, field)`, called with the GIL held: a list of
 /// arrays, or where every box's values sit in a few buffers (see `buffer_spans`). What it gives
 /// stays held while the writer works on it without the GIL. An array that is not of the field's
@@ -270,13 +274,7 @@ impl PySource {
         }
         Ok((held, span))
     }
-}
 
-/// Box values as the writer takes them: what holds them, where each box's values are, and the
-/// ghost widths of every box (empty: none).
-type Spans<'py> = (Vec<Bound<'py, PyAny>>, Vec<Span>, Vec<usize>);
-
-impl PySource {
     /// The spans of the box arrays `got` (a list), each converted if need be, and what holds them.
     fn array_spans<'py>(&self, got: &Bound<'py, PyAny>, level: usize, field: usize) -> PyResult<Spans<'py>> {
         let arrays: Vec<Bound<PyAny>> = got.extract()?;

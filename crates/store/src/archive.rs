@@ -113,14 +113,18 @@ impl Archive {
         self.entries.get(name).ok_or_else(|| corrupt!("{}: entry {name} missing", self.path.display()))
     }
 
+    /// What is wrong with entry `name`, as an error.
+    fn damaged(&self, name: &str, what: &str) -> Error {
+        corrupt!("{}: entry {name}: {what}", self.path.display())
+    }
+
     /// Entry `name`'s local header: the lengths of its name and extra field, after checking
     /// that a local header is where the central directory points.
     fn local_header(&self, name: &str, e: &Entry) -> Result<(u16, u16)> {
-        let bad = |what: &str| corrupt!("{}: entry {name}: {what}", self.path.display());
         let mut head = [0u8; 30];
-        read_at(&self.file, &mut head, e.header_start).map_err(|_| bad("local header past the end of the file"))?;
+        read_at(&self.file, &mut head, e.header_start).map_err(|_| self.damaged(name, "local header past the end of the file"))?;
         if head[..4] != [0x50, 0x4b, 0x03, 0x04] {
-            return Err(bad("no local header where the central directory points"));
+            return Err(self.damaged(name, "no local header where the central directory points"));
         }
         Ok((u16::from_le_bytes([head[26], head[27]]), u16::from_le_bytes([head[28], head[29]])))
     }
@@ -132,13 +136,9 @@ impl Archive {
         for (name, e) in &self.entries {
             let mut local = vec![0u8; self.local_header(name, e)?.0 as usize];
             read_at(&self.file, &mut local, e.header_start + 30)
-                .map_err(|_| corrupt!("{}: entry {name}: local header past the end of the file", self.path.display()))?;
+                .map_err(|_| self.damaged(name, "local header past the end of the file"))?;
             if local != name.as_bytes() {
-                return Err(corrupt!(
-                    "{}: entry {name}: named {:?} in its local header",
-                    self.path.display(),
-                    String::from_utf8_lossy(&local)
-                ));
+                return Err(self.damaged(name, &format!("named {:?} in its local header", String::from_utf8_lossy(&local))));
             }
         }
         Ok(())

@@ -42,6 +42,18 @@ pub struct SnapshotEntry {
     pub path: PathBuf,
 }
 
+/// What a snapshot holds, as its root document's `amrzip.kind` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// An AMR hierarchy (no kind; also what a version-1 folder or an unreadable file is taken
+    /// for, whose reader then says what is wrong).
+    Amr,
+    /// Plain variables (`"variables"`).
+    Variables,
+    /// A multiresolution array (`"multires"`).
+    Multires,
+}
+
 impl SnapshotEntry {
     /// The snapshot at `path`: a snapshot file, or a version-1 snapshot folder.
     pub fn at(path: &Path) -> Result<SnapshotEntry> {
@@ -56,27 +68,13 @@ impl SnapshotEntry {
         };
         Ok(SnapshotEntry { name, kind, path: path.to_path_buf() })
     }
-}
 
-/// What a snapshot holds, as its root document's `amrzip.kind` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holds {
-    /// An AMR hierarchy (no kind; also what a version-1 folder or an unreadable file is taken
-    /// for, whose reader then says what is wrong).
-    Amr,
-    /// Plain variables (`"variables"`).
-    Variables,
-    /// A multiresolution array (`"multires"`).
-    Multires,
-}
-
-impl SnapshotEntry {
     /// What the snapshot holds, from its root document (one open of the file).
     pub fn holds(&self) -> Holds {
-        let root = || -> Option<Value> { serde_json::from_slice(&crate::archive::Archive::open(&self.path).ok()?.read(ROOT).ok()?).ok() };
         if self.kind != SnapshotKind::File {
             return Holds::Amr;
         }
+        let root = || -> Option<Value> { serde_json::from_slice(&crate::archive::Archive::open(&self.path).ok()?.read(ROOT).ok()?).ok() };
         match root().as_ref().and_then(|r| r["attributes"]["amrzip"]["kind"].as_str()) {
             Some(crate::multires::KIND) => Holds::Multires,
             Some(crate::variables::KIND) => Holds::Variables,
