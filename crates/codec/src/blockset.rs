@@ -353,6 +353,11 @@ impl BlockSetEncoder {
         Choice { predictor: self.predictor, weights: self.weights().cloned(), unit: self.unit.clone() }
     }
 
+    /// Whether fitted prediction codes the blocks (its whole blocks walk in lanes).
+    pub fn is_fitted(&self) -> bool {
+        self.fitted.is_some()
+    }
+
     /// The name of the predictor the blocks use.
     pub fn predictor_name(&self) -> &'static str {
         if self.fitted.is_some() {
