@@ -403,21 +403,31 @@ pub fn scatter<T: Element>(
 ) -> usize {
     let nd = tiling.ndim();
     let region_shape: Vec<usize> = region_lo.iter().zip(region_hi).map(|(&l, &h)| (h - l + 1) as usize).collect();
+    let (unit_strides, region_strides) = (padded(&strides(&tiling.unit)), padded(&strides(&region_shape)));
     let mut written = 0;
     for b in blocks {
         let blo = tiling.block_lo(&tiling.block_at(chunk, b.position));
-        let lo: Vec<i64> = (0..nd).map(|d| blo[d].max(region_lo[d])).collect();
-        let hi: Vec<i64> = (0..nd).map(|d| (blo[d] + tiling.unit[d] as i64 - 1).min(region_hi[d])).collect();
-        if lo.iter().zip(&hi).any(|(l, h)| h < l) {
+        // The block's cells in the region: their first cell and extent per dimension.
+        let (mut lo, mut extent) = ([0i64; MAX_DIM], [1usize; MAX_DIM]);
+        for d in 0..nd {
+            lo[d] = blo[d].max(region_lo[d]);
+            extent[d] = usize::try_from((blo[d] + tiling.unit[d] as i64 - 1).min(region_hi[d]) - lo[d] + 1).unwrap_or(0);
+        }
+        if extent.contains(&0) {
             continue;
         }
-        // Row by row along the last dimension, contiguous in the block and in `out`.
-        let row = (hi[nd - 1] - lo[nd - 1] + 1) as usize;
-        let mut starts_hi = hi.clone();
-        starts_hi[nd - 1] = lo[nd - 1];
-        for_each_cell(&lo, &starts_hi, |start| {
-            let src = offset(start, &blo, &tiling.unit, Layout::C);
-            let dst = offset(start, region_lo, &region_shape, Layout::C);
+        let dot = |step: &[usize; MAX_DIM], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * step[d]).sum() };
+        let piece = Piece {
+            data: &b.values,
+            extent,
+            inner: nd - 1,
+            src: (dot(&unit_strides, &blo), unit_strides),
+            dst: (dot(&region_strides, region_lo), region_strides),
+            stored: None,
+        };
+        // Rows along the last dimension, contiguous in the block and in `out`.
+        let row = extent[nd - 1];
+        piece.rows(|src, dst, _| {
             let (values, out) = (&b.values[src..src + row], &mut out[dst..dst + row]);
             match &b.mask {
                 None => {

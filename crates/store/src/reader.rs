@@ -950,6 +950,11 @@ fn restrict_into<T: Element>(fine: &[T], fine_box: &IBox, piece: &IBox, ratio: &
     let (r_last, width) = (ratio[last] as usize, (piece.hi[last] - piece.lo[last] + 1) as usize);
     let fine_stride: Vec<usize> =
         (0..nd).map(|d| ((d + 1)..nd).map(|e| (fine_box.hi[e] - fine_box.lo[e] + 1) as usize).product()).collect();
+    // Where a coarse cell's fine rows start, from its first fine cell, in C order.
+    let mut fine_rows = Vec::new();
+    amrzip_codec::for_each_index(&ratio[..last].iter().map(|&r| r as usize).collect::<Vec<_>>(), |k| {
+        fine_rows.push(k.iter().zip(&fine_stride).map(|(&i, &s)| i * s).sum::<usize>())
+    });
     let mut sums = vec![0.0f64; width];
     let mut rows = piece.clone();
     rows.hi[last] = piece.lo[last];
@@ -961,12 +966,12 @@ fn restrict_into<T: Element>(fine: &[T], fine_box: &IBox, piece: &IBox, ratio: &
         }
         let start = fine_box.offset_c(&first);
         // The fine rows of this row of coarse cells, in C order.
-        amrzip_codec::for_each_index(&ratio[..last].iter().map(|&r| r as usize).collect::<Vec<_>>(), |k| {
-            let at = start + k.iter().zip(&fine_stride).map(|(&i, &s)| i * s).sum::<usize>();
-            for (c, sum) in sums.iter_mut().enumerate() {
-                *sum += fine[at + c * r_last..at + (c + 1) * r_last].iter().fold(0.0, |s, x| s + x.to_f64());
+        for &row in &fine_rows {
+            let run = &fine[start + row..start + row + width * r_last];
+            for (sum, cells) in sums.iter_mut().zip(run.chunks_exact(r_last)) {
+                *sum += cells.iter().fold(0.0, |s, x| s + x.to_f64());
             }
-        });
+        }
         let at = dst_box.offset_c(coarse);
         for (o, &s) in dst[at..at + width].iter_mut().zip(&sums) {
             *o = T::from_f64(s / count);
