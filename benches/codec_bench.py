@@ -106,8 +106,11 @@ def available_codecs() -> dict[str, Codec]:
     for algo_name, algo in [("interp_lorenzo", szAlgorithm.INTERP_LORENZO), ("interp", szAlgorithm.INTERP),
                             ("lorenzo_reg", szAlgorithm.LORENZO_REG)]:
         codecs[f"sz3-{algo_name}"] = _sz3_codec(algo_name, algo)
-    codecs["zfp"] = _zfp_codec()
-    codecs["zstd"] = _zstd_codec()
+    for name, make in (("zfp", _zfp_codec), ("zstd", _zstd_codec)):
+        try:
+            codecs[name] = make()
+        except ImportError as e:
+            print(f"note: {name} skipped ({e}; pip install -r benches/requirements.txt)\n")
     return codecs
 
 
