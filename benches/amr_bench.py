@@ -102,6 +102,10 @@ NOT_TARGETED = {
 }
 # the volume-weighted mean of ours: max relative change over the fields of a dataset at a bound
 MEAN_TARGETS = [("advection_2d", 1e-4, 1e-6)]
+# in-situ speed against per-box SZ3, one thread each (--threads 1): per preset, the geomean over a dataset's fields
+# and bounds of write and read throughput over per-box SZ3's, and (speed preset) the ratio at equal PSNR per field
+SPEED_TARGETS = {"ours": {"write": 0.5, "read": 1.0}, "ours-speed": {"write": 1.5, "read": 2.0, "ratio": 1.3}}
+SPEED_DATASETS = ["nyx", "pelelmex_3d", "warpx"]
 
 
 def _dataset(name: str, fields: list[str]):
@@ -572,11 +576,52 @@ def acceptance(runs: list[Run], rd: dict | None) -> tuple[str, dict]:
                      + (f"  [others: {', '.join(f'{m} {v:.1e}' for m, v in others.items())}]" if others else ""))
         checks.append({"check": "mean", "dataset": d, "bound": bound, "target": limit, "value": worst.mean_change,
                        "field": worst.field, "others": others, "status": verdict(ok).strip()})
+    speed_lines, speed_checks = speed_acceptance(runs, rd, verdict)
+    lines += speed_lines
+    checks += speed_checks
     decided = [c["status"] for c in checks if c["status"] != "N/A"]
     overall = "N/A" if not decided else ("PASS" if all(s == "PASS" for s in decided) else "FAIL")
     lines += ["", f"Overall: {overall} ({decided.count('PASS')}/{len(decided)} checks passed"
               + (f", {len(checks) - len(decided)} N/A" if len(decided) < len(checks) else "") + ")"]
     return "\n".join(lines), {"status": overall, "checks": checks}
+
+
+def speed_acceptance(runs: list[Run], rd: dict | None, verdict) -> tuple[list[str], list[dict]]:
+    """PASS/FAIL lines of SPEED_TARGETS on SPEED_DATASETS (timings count only with one store thread)."""
+    lines = ["", "Against per-box SZ3, one thread each (geomean over a dataset's fields and bounds of the throughput "
+             "ratios; the ratio at equal PSNR per field): " +
+             "; ".join(f"{m} " + ", ".join(f"{k} >= {v:g}x" for k, v in t.items()) for m, t in SPEED_TARGETS.items())
+             + ".", ""]
+    checks = []
+    by = {(r.dataset, r.field, r.bound, r.method): r for r in runs if not r.error and r.c_seconds > 0 and r.d_seconds > 0}
+    cases = {(c["dataset"], c["field"]): c for c in (rd or {}).get("cases", [])}
+    for d in SPEED_DATASETS:
+        for m, targets in SPEED_TARGETS.items():
+            pairs = [(by[k[:3] + ("per-box-sz3",)], r) for k, r in by.items()
+                     if k[0] == d and k[3] == m and k[:3] + ("per-box-sz3",) in by]
+            if not pairs:
+                continue
+            for what in ("write", "read"):
+                gain = geomean([(p.c_seconds / r.c_seconds) if what == "write" else (p.d_seconds / r.d_seconds)
+                                for p, r in pairs])
+                ok = None if STORE_THREADS != 1 else gain >= targets[what]
+                lines.append(f"- {verdict(ok)} {d}: {m} {what} / per-box SZ3 >= {targets[what]:g}: {gain:.2f}x "
+                             f"over {len(pairs)} cases" + ("" if ok is not None else " [not checked: needs --threads 1]"))
+                checks.append({"check": f"{what} speed", "dataset": d, "method": m, "target": targets[what],
+                               "value": gain, "status": verdict(ok).strip()})
+            if "ratio" not in targets:
+                continue
+            for f in dict.fromkeys(r.field for _, r in pairs):
+                q = cases.get((d, f), {}).get("speed", {}).get("per-box-sz3")
+                skip = NOT_TARGETED.get((d, f))
+                ok = None if q is None or skip else q["geomean"] >= targets["ratio"]
+                lines.append(f"- {verdict(ok)} {d}/{f}: ratio({m}) / ratio(per-box-sz3) >= {targets['ratio']:g}: "
+                             + ("no equal-PSNR comparison" if q is None else f"{q['geomean']:.2f}x")
+                             + (" [not checked]" if skip else ""))
+                checks.append({"check": "speed equal-psnr", "dataset": d, "field": f, "method": m,
+                               "target": targets["ratio"], "value": None if q is None else q["geomean"],
+                               "status": verdict(ok).strip()})
+    return lines, checks
 
 
 # --- main -----------------------------------------------------------------------------------------------------
