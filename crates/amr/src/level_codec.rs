@@ -88,7 +88,7 @@ pub fn compress_level<T: Element>(
     let encoder = encoder(&plan, tiling, config, eb, adaptive_block, choice, true, spread)?.measuring(measure);
     // Chunk by chunk, its blocks gathered, predicted and dropped: only their codes (in ratio
     // mode, their context model) wait for the shared tables.
-    // A few chunks at a time, so that their whole blocks fill the fitted walk's lanes.
+    // With fitted prediction a few chunks at a time, so that their whole blocks fill its lanes.
     let chunks: Vec<usize> = (0..plan.chunks().len()).collect();
     let predicted: Vec<Option<(PredictedSet<T>, BlockCounts)>> = chunks
         .par_chunks(batch(&encoder))

@@ -239,14 +239,13 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
                     lo[d] = blo[d].max(b.lo[d]);
                     extent[d] = ((blo[d] + tiling.unit[d] as i64 - 1).min(b.hi[d]) - lo[d] + 1) as usize;
                 }
-                let dot = |step: &[usize; MAX_DIM], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * step[d]).sum() };
                 let piece = Piece {
                     data: b.data,
                     extent,
                     inner,
-                    src: (dot(&data_strides, &data_lo), data_strides),
-                    dst: (dot(&unit_strides, &blo), unit_strides),
-                    stored: b.stored.map(|s| (s, dot(&stored_strides, &b.lo), stored_strides)),
+                    src: (strided_offset(&lo, &data_lo, &data_strides), data_strides),
+                    dst: (strided_offset(&lo, &blo, &unit_strides), unit_strides),
+                    stored: b.stored.map(|s| (s, strided_offset(&lo, &b.lo, &stored_strides), stored_strides)),
                 };
                 f(offset(block, &chunk_first, &per, Layout::C), &piece);
             });
@@ -342,6 +341,12 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
 /// Dimensions a tiling may have.
 const MAX_DIM: usize = 4;
 
+/// Offset of cell `cell` in an array starting at cell `from` with `strides` (over `from`'s
+/// dimensions).
+fn strided_offset(cell: &[i64; MAX_DIM], from: &[i64], strides: &[usize; MAX_DIM]) -> usize {
+    cell.iter().zip(from).zip(strides).map(|((&c, &f), &s)| (c - f) as usize * s).sum()
+}
+
 /// `v` (at most `MAX_DIM` long) padded with zeros.
 fn padded(v: &[usize]) -> [usize; MAX_DIM] {
     let mut out = [0; MAX_DIM];
@@ -416,19 +421,18 @@ pub fn scatter<T: Element>(
         if extent.contains(&0) {
             continue;
         }
-        let dot = |step: &[usize; MAX_DIM], from: &[i64]| -> usize { (0..nd).map(|d| (lo[d] - from[d]) as usize * step[d]).sum() };
         let piece = Piece {
             data: &b.values,
             extent,
             inner: nd - 1,
-            src: (dot(&unit_strides, &blo), unit_strides),
-            dst: (dot(&region_strides, region_lo), region_strides),
+            src: (strided_offset(&lo, &blo, &unit_strides), unit_strides),
+            dst: (strided_offset(&lo, region_lo, &region_strides), region_strides),
             stored: None,
         };
         // Rows along the last dimension, contiguous in the block and in `out`.
         let row = extent[nd - 1];
         piece.rows(|src, dst, _| {
-            let (values, out) = (&b.values[src..src + row], &mut out[dst..dst + row]);
+            let (values, out) = (&piece.data[src..src + row], &mut out[dst..dst + row]);
             match &b.mask {
                 None => {
                     out.copy_from_slice(values);
