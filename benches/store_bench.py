@@ -28,7 +28,7 @@ Parts:
   build's ``write_plotfile`` under ``benches/data/``): its boxes are views into memory-mapped FAB files, most of them
   misaligned, as the boxes of a simulation's plotfile are.  With ``--chombo``, also that hierarchy as a Chombo HDF5
   plot file with one ghost cell around every box (``tests/hdf5_files.py``, h5py), its boxes in one memory-mapped
-  dataset per level.
+  dataset per level.  ``--mode speed`` writes the files in the speed preset (the demo part keeps the demo's).
 
 Throughput is ``original bytes`` (the summary's ``original_bytes``: every cell of every box, covered ones included,
 in the source dtype; the same for both builds) per second of wall-clock time.  Sizes: **reported** is the summary's
@@ -223,7 +223,7 @@ def child_files(args: dict) -> dict:
     if args["files"]:
         with tempfile.TemporaryDirectory(prefix="store_bench_", dir=args["tmpdir"]) as tmp:
             try:
-                amrzip.write(amrzip.read(DATA / args["files"][0]), Path(tmp) / "w.amrzip", rel=max(args["bounds"]))
+                amrzip.write(amrzip.read(DATA / args["files"][0]), Path(tmp) / "w.amrzip", rel=max(args["bounds"]), mode=args["mode"])
                 read_all(amrzip, Path(tmp) / "w.amrzip")
                 read_box(amrzip, Path(tmp) / "w.amrzip")
             except Exception:
@@ -239,7 +239,7 @@ def child_files(args: dict) -> dict:
             for _ in range(args["repeat"]):
                 with tempfile.TemporaryDirectory(prefix="store_bench_", dir=args["tmpdir"]) as tmp:
                     path = Path(tmp) / "s.amrzip"
-                    (t_write, c_write, summary) = timed(lambda: amrzip.write(h, path, rel=rel))
+                    (t_write, c_write, summary) = timed(lambda: amrzip.write(h, path, rel=rel, mode=args["mode"]))
                     (t_read_all, c_read_all, values) = timed(lambda: read_all(amrzip, path))
                     (t_box, _, (box_values, box_bytes)) = timed(lambda: read_box(amrzip, path))
                     runs.append({"write": t_write, "read_all": t_read_all, "box": t_box, "values": values, "box_bytes": box_bytes,
@@ -326,6 +326,7 @@ def main(argv=None) -> int:
                    help="files part: also the Nyx-like hierarchy as an AMReX plotfile (written by this build, cached)")
     p.add_argument("--chombo", action="store_true",
                    help="files part: also the Nyx-like hierarchy as a Chombo HDF5 file with ghost cells (needs h5py; cached)")
+    p.add_argument("--mode", choices=["ratio", "speed"], default="ratio", help="preset of the files part's writes (default ratio)")
     p.add_argument("--bounds", help="rel bounds for the files part (default 1e-4,1e-2; --quick: 1e-2)")
     p.add_argument("--rounds", type=int, help="processes per build and part, taking turns (default 6)")
     p.add_argument("--repeat", type=int, help="timed runs per case and process (default 1 demo, 3 files)")
@@ -361,7 +362,7 @@ def main(argv=None) -> int:
     for part in parts:
         rounds = args.rounds or (2 if args.quick else 6)
         repeat = args.repeat or (1 if args.quick or part == "demo" else 3)
-        job = {"n": n, "repeat": repeat, "files": files, "bounds": bounds, "tmpdir": args.tmpdir}
+        job = {"n": n, "repeat": repeat, "files": files, "bounds": bounds, "tmpdir": args.tmpdir, "mode": args.mode}
         got = {"old": [], "new": []}
         for k in range(rounds):
             for b in (["old", "new"] if k % 2 == 0 else ["new", "old"]):
@@ -418,7 +419,7 @@ def main(argv=None) -> int:
     if "files" in parts:
         d = raw["parts"]["files"]
         also = "".join(f" and the Nyx-like {k}" for k, on in (("plotfile", args.plotfile), ("Chombo file", args.chombo)) if on)
-        print(f"## Real files (../shared/data){also}, {d['rounds']} rounds x {d['repeat']} runs per build\n")
+        print(f"## Real files (../shared/data){also}, {args.mode} preset, {d['rounds']} rounds x {d['repeat']} runs per build\n")
         errors = {b: {k: c["error"] for k, c in d[b][0]["cases"].items() if "error" in c} for b in ("old", "new")}
         cases = [k for k in d["new"][0]["cases"] if k in d["old"][0]["cases"] and "error" not in d["new"][0]["cases"][k]
                  and "error" not in d["old"][0]["cases"][k]]
