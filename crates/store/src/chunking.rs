@@ -1,7 +1,6 @@
 //! How a level is cut: the unit block (the blocking factor the boxes honour, or larger edges
 //! that predict better across box seams), the chunk (what a region read decodes: sized like the
-//! boxes, so that reading a box touches about one chunk, or larger where that codes much
-//! smaller) and the shard (how many chunks share one index).
+//! boxes, or larger where that codes smaller) and the shard (how many chunks share one index).
 //!
 //! Units and chunks are chosen by measuring: every candidate is compressed on a sample of the
 //! level's boxes. A level's fields are one array, so they share one chunk shape, chosen on
@@ -18,12 +17,11 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const DEFAULT_UNIT: usize = 8;
 pub const MAX_UNIT: usize = 32;
 pub const TRIED_UNITS: [usize; 2] = [16, 32];
-/// A larger chunk also tried, and what it must save to be used over box-sized ones (it gives
-/// unit blocks of 32 cells room: at loose bounds they code much smaller).
+/// A larger chunk also tried (it gives unit blocks of 32 cells room, and each chunk's header
+/// and lossless frame are shared by more cells).
 pub fn large_chunk(dim: usize) -> usize {
     [4096, 128, 32][dim - 1]
 }
-pub const LARGE_CHUNK_GAIN: f64 = 0.25;
 /// Chunk edge bounds in cells: large enough to amortise a chunk's header, small enough that
 /// reads stay local.
 fn chunk_edge_bounds(dim: usize) -> (usize, usize) {
@@ -51,11 +49,13 @@ pub fn trial_budget(speed: bool, total: usize) -> usize {
     }
 }
 
-/// The speed preset does not try a unit block whose blocks would be less than this share
-/// stored (the blocking factor's unit is always tried): a walk costs every cell of a block,
-/// absent ones included, so such a trial costs more than twice the cells it codes, and on
-/// the benchmark and shared real hierarchies no such unit won a speed-preset trial.
-pub const SPEED_MIN_FILL: f64 = 0.5;
+/// A unit block whose blocks would be less than this share stored over the whole level is not
+/// tried (the blocking factor's unit always is): a walk costs every cell of a block, absent
+/// ones included, so such a unit costs more than twice the cells it codes, in its trial, its
+/// coding and every read. In the ratio preset such units code a few percent smaller on the
+/// Nyx-like hierarchies (32-cell blocks over boxes of 8-16) but wrote 1.2-1.3x and read up to
+/// 1.6x as slowly; no such unit won a `speed`-preset trial.
+pub const MIN_FILL: f64 = 0.5;
 
 /// The boxes' cells: node boxes reach one index past the cells they bound.
 fn cell_boxes(boxes: &[IBox], node: &[bool]) -> Vec<IBox> {
@@ -170,9 +170,10 @@ pub fn trials<E>(layouts: &[(usize, usize)], mut sizes: impl FnMut(usize, &[usiz
 }
 
 /// The chunk edge of a level from its fields' trials plus `overhead(edge)` (the shard indexes
-/// and entries that edge costs, on the trials' scale): the one of smallest total, but chunks
-/// larger than the box-sized `local_edge` only when they save more than `LARGE_CHUNK_GAIN` (a
-/// box read then stays local).
+/// and entries that edge costs, on the trials' scale): the one of smallest total, `local_edge`
+/// (the box-sized one) without trials. Larger chunks make a box read decode more cells (up to
+/// 8x a 16^3 box's in 3-D), but reads cache decoded chunks, so reading every box decodes each
+/// chunk once, and one box read from a fresh open is mostly the open.
 pub fn choose_edge(per_field: &[Trials], local_edge: usize, overhead: impl Fn(usize) -> usize) -> usize {
     let mut edges: Vec<usize> = Vec::new();
     for t in per_field.iter().flatten() {
@@ -184,13 +185,7 @@ pub fn choose_edge(per_field: &[Trials], local_edge: usize, overhead: impl Fn(us
         let coded = per_field.iter().map(|t| t.iter().filter(|((_, e), _)| *e == c).map(|&(_, s)| s).min()).sum::<Option<usize>>();
         coded.map(|s| s + overhead(c))
     };
-    let Some(best) = edges.iter().copied().filter(|&c| total(c).is_some()).min_by_key(|&c| total(c).unwrap()) else {
-        return local_edge;
-    };
-    match (total(best), total(local_edge)) {
-        (Some(b), Some(l)) if best != local_edge && b as f64 > (1.0 - LARGE_CHUNK_GAIN) * l as f64 => local_edge,
-        _ => best,
-    }
+    edges.iter().copied().filter_map(|c| Some((total(c)?, c))).min().map_or(local_edge, |(_, c)| c)
 }
 
 /// A field's unit for chunk edge `edge`: the one of smallest trial size (0 without trials).
@@ -309,17 +304,21 @@ mod tests {
     }
 
     #[test]
-    fn large_chunks_need_a_real_gain() {
-        let t = vec![((8, 16), 100), ((8, 32), 80)];
+    fn the_edge_of_fewest_bytes_wins() {
+        let t = vec![((8, 16), 100), ((8, 32), 99)];
+        assert_eq!(choose_edge(std::slice::from_ref(&t), 16, |_| 0), 32);
+        // The small chunks' indexes count.
+        let t = vec![((8, 16), 100), ((8, 32), 110)];
         assert_eq!(choose_edge(std::slice::from_ref(&t), 16, |_| 0), 16);
-        // Unless the small chunks' indexes make up the difference.
         assert_eq!(choose_edge(std::slice::from_ref(&t), 16, |c| if c == 16 { 20 } else { 0 }), 32);
-        let t = vec![((8, 16), 100), ((8, 32), 70)];
-        assert_eq!(choose_edge(&[t], 16, |_| 0), 32);
-        // Summed over fields: one field's large gain is weighed against the others.
-        let a = vec![((8, 16), 100), ((8, 32), 10)];
-        let b = vec![((8, 16), 1000), ((8, 32), 1050)];
+        // Summed over fields: one field's large gain is weighed against the others; the best
+        // unit of each edge counts.
+        let a = vec![((8, 16), 100), ((8, 32), 10), ((16, 32), 5)];
+        let b = vec![((8, 16), 1000), ((8, 32), 1100)];
         assert_eq!(choose_edge(&[a, b], 16, |_| 0), 16);
+        // Ties go to the smaller chunks; no trials, to the box-sized edge.
+        assert_eq!(choose_edge(&[vec![((8, 16), 100), ((8, 32), 100)]], 16, |_| 0), 16);
+        assert_eq!(choose_edge(&[], 16, |_| 0), 16);
     }
 
     #[test]

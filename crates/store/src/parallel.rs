@@ -482,6 +482,23 @@ fn end_of_directory(out: &mut Vec<u8>, count: u64, size: u64, offset: u64) {
     out.extend_from_slice(&0u16.to_le_bytes());
 }
 
+/// Every box of a level with its stored cells (`masks`), over `placeholder` values (at least
+/// as many as the largest box holds): the level's geometry, for plans whose values are never read.
+pub fn placeholder_views<'a, T>(boxes: &[IBox], masks: &'a [Option<Vec<bool>>], placeholder: &'a [T]) -> Vec<BoxView<'a, T>> {
+    boxes
+        .iter()
+        .zip(masks)
+        .map(|(b, m)| BoxView {
+            lo: b.lo.clone(),
+            hi: b.hi.clone(),
+            data: &placeholder[..b.cells().unwrap_or(0)],
+            layout: Layout::C,
+            stored: m.as_deref(),
+            ghost: Vec::new(),
+        })
+        .collect()
+}
+
 /// A level spread over the ranks, seen as one process sees it: the level's geometry (every box,
 /// from the spec) gives the list of blocks a predictor choice samples, a sampled block is put
 /// together from every rank's part of it, and shared tables pool every rank's statistics.
@@ -513,19 +530,7 @@ impl<'g, 'a, T: Element> SpreadBlocks<'g, 'a, T> {
         local: &'g [BoxView<'a, T>],
         known: &'g Described,
     ) -> Self {
-        let everyone = boxes
-            .iter()
-            .zip(masks)
-            .map(|(b, m)| BoxView {
-                lo: b.lo.clone(),
-                hi: b.hi.clone(),
-                data: &placeholder[..b.cells().unwrap_or(0)],
-                layout: Layout::C,
-                stored: m.as_deref(),
-                ghost: Vec::new(),
-            })
-            .collect();
-        SpreadBlocks { group, everyone, local, failed: std::sync::Mutex::new(None), known }
+        SpreadBlocks { group, everyone: placeholder_views(boxes, masks, placeholder), local, failed: std::sync::Mutex::new(None), known }
     }
 
     fn keep(&self, e: Error) {

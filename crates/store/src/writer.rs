@@ -14,8 +14,8 @@ use crate::error::{invalid, Error, ErrorKind, Result};
 use crate::layout;
 use crate::metadata::{BoundMode, FieldBound, LevelMeta, SnapshotMeta, SNAPSHOT_VERSION};
 use crate::parallel::{
-    begin_together, commit_together, extract, guarded, pack, unpack, write_archive, Collective, Described, Group, Ownership, Piece, Serial,
-    SpreadBlocks,
+    begin_together, commit_together, extract, guarded, pack, placeholder_views, unpack, write_archive, Collective, Described, Group,
+    Ownership, Piece, Serial, SpreadBlocks,
 };
 use crate::shard;
 use amrzip_amr::boxes::{stored_mask, Coverage};
@@ -308,23 +308,20 @@ fn field_trials<T: Element>(
     Ok(FieldTrials { sizes, kept })
 }
 
-/// The speed preset's candidates: those whose unit blocks would be at least
-/// `chunking::SPEED_MIN_FILL` stored on the sample (the first unit, the blocking factor's, always
-/// stays). What is stored is the level's, whatever the field: `boxes` may be any field's.
-fn speed_fill<T: Element>(
-    boxes: &[BoxView<T>],
-    sample: &[usize],
-    origin: &[i64],
-    candidates: &[(usize, usize)],
-) -> Result<BTreeMap<usize, f64>> {
-    let picked: Vec<BoxView<T>> = sample.iter().map(|&i| reborrow(&boxes[i])).collect();
+/// The share of their cells the unit blocks of each candidate unit store over the whole level
+/// (`masks`: each box's stored cells), for `chunking::MIN_FILL`; the first unit, the blocking
+/// factor's, is not measured. The level's geometry alone decides, so every rank finds the same.
+fn unit_fill(boxes: &[IBox], masks: &[Option<Vec<bool>>], origin: &[i64], candidates: &[(usize, usize)]) -> Result<BTreeMap<usize, f64>> {
+    let largest = boxes.iter().map(|b| b.cells().unwrap_or(0)).max().unwrap_or(0);
+    let placeholder = vec![0f32; largest];
+    let views = placeholder_views(boxes, masks, &placeholder);
     let dim = origin.len();
     let first = candidates.first().map_or(0, |c| c.0);
     let mut fill = BTreeMap::new();
     for &(u, c) in candidates {
         if u != first && !fill.contains_key(&u) {
             let tiling = Tiling::new(origin.to_vec(), vec![u; dim], vec![c; dim]).map_err(|e| invalid!("{e}"))?;
-            fill.insert(u, ChunkPlan::new(&picked, &tiling).map_err(|e| invalid!("{e}"))?.stored_fraction());
+            fill.insert(u, ChunkPlan::new(&views, &tiling).map_err(|e| invalid!("{e}"))?.stored_fraction());
         }
     }
     Ok(fill)
@@ -626,16 +623,9 @@ fn write_on(
         let speed = options.preset == Preset::Speed;
         // Boxes of the level, wherever they are: every rank decides on the same ones.
         let sample = chunking::trial_sample(&cells, chunking::trial_budget(speed, cells.iter().sum()));
-        if speed && candidates.len() > 1 && !lev.boxes.is_empty() && nf > 0 {
-            // Once per level, on the first field's boxes (the stored cells are the level's).
-            with_sample(group, (l, 0), spec, &mine[l], &masks[l], &sample, &with_views, &mut |views, picked| {
-                let fill = match views {
-                    Views::F32(v) => on_pool(threads, || speed_fill(v, picked, &origin, &candidates))?,
-                    Views::F64(v) => on_pool(threads, || speed_fill(v, picked, &origin, &candidates))?,
-                };
-                candidates.retain(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::SPEED_MIN_FILL));
-                Ok(())
-            })?;
+        if candidates.len() > 1 {
+            let fill = on_pool(threads, || unit_fill(&lev.boxes, &masks[l], &origin, &candidates))?;
+            candidates.retain(|(u, _)| fill.get(u).is_none_or(|&f| f >= chunking::MIN_FILL));
         }
         let measured = candidates.len() > 1 && !lev.boxes.is_empty();
         // The level's blocks as parallel predictor choices see them, described once per tiling.
@@ -924,38 +914,6 @@ fn spread<T: Element, R>(
 
 /// Calls its `work` with the box views of a (level, field): see `write_on`.
 type WithViews<'a> = dyn Fn(usize, usize, &mut dyn FnMut(&Views) -> Result<()>) -> Result<()> + 'a;
-
-/// Calls `work(views, picked)` with the boxes `sample` of field `f` of level `l`: this rank's
-/// views and the sample's places in them, or in a parallel write the sampled boxes themselves,
-/// sent by the ranks holding them to every rank.
-#[allow(clippy::too_many_arguments)]
-fn with_sample(
-    group: &Group,
-    (l, f): (usize, usize),
-    spec: &SnapshotSpec,
-    mine: &[usize],
-    masks: &[Option<Vec<bool>>],
-    sample: &[usize],
-    with_views: &WithViews,
-    work: &mut dyn FnMut(&Views, &[usize]) -> Result<()>,
-) -> Result<()> {
-    if group.size() == 1 {
-        return with_views(l, f, &mut |views| work(views, sample));
-    }
-    let wanted: BTreeSet<usize> = sample.iter().copied().collect();
-    let parts = group.gather(&packed_sample((l, f), spec, mine, &wanted, with_views)?)?;
-    let picked: Vec<usize> = (0..sample.len()).collect();
-    match spec.fields[f].dtype {
-        DType::F32 => {
-            let boxes = unpack_boxes::<f32>(&parts, spec, l)?;
-            work(&Views::F32(sample_views(&boxes, masks)), &picked)
-        }
-        DType::F64 => {
-            let boxes = unpack_boxes::<f64>(&parts, spec, l)?;
-            work(&Views::F64(sample_views(&boxes, masks)), &picked)
-        }
-    }
-}
 
 /// The sampled boxes of every field of level `l`, each sent to the rank measuring the field (f
 /// mod ranks) in one exchange: per field, what each rank sent (empty for the others' fields).

@@ -89,8 +89,11 @@ class FieldView:
     __getitem__ = box
 
     def __iter__(self):
-        # Every box will be read: decode the level's chunks (and the finer levels' that rebuild
-        # covered cells) in parallel batches first.
+        # Every box will be read: the level decoded whole where it fits (see `Dataset._decoded`),
+        # else its chunks (and the finer levels' that rebuild covered cells) in parallel batches.
+        whole = self._ds._take_level(self.name, self.level)
+        if whole is not None:
+            return iter(whole)
         self._ds.prefetch(self.name, self.level)
         return (self._ds._read(self.name, box, self.level, "average", whole_chunks=True) for box in self.boxes)
 
@@ -129,6 +132,8 @@ class Dataset:
         self.dim: int = self.meta["dim"]
         self.nodal: tuple[bool, ...] = tuple(self.meta["node"])
         self._levels = [LevelView(self, L, m) for L, m in enumerate(self.meta["levels"])]
+        # (level, field) -> {box: array}: boxes decoded whole, not handed out yet (`_decoded`).
+        self._waiting: dict = {}
         # Reads are counted from here on, as opening read the snapshot's metadata only.
         self._bytes_read_before = self._snapshot.bytes_read
 
@@ -224,26 +229,37 @@ class Dataset:
             return None
         return self._snapshot.read_boxes(self._field_index(field), level)
 
+    def _decoded(self, field: str, L: int) -> dict:
+        """The (level, field)'s boxes decoded whole and not handed out yet: the first call for a
+        (level, field) decodes it and the finer levels (which rebuild its covered cells) straight
+        into box arrays, held here until asked for, so that reading every level decodes each
+        once (none when they would not fit the chunk cache)."""
+        if (L, field) not in self._waiting:
+            for k, arrays in enumerate(self._whole_levels(field, L) or []):
+                self._waiting.setdefault((L + k, field), dict(enumerate(arrays)))
+            self._waiting.setdefault((L, field), {})
+        return self._waiting[(L, field)]
+
+    def _take_level(self, field: str, L: int) -> Optional[list]:
+        """Every box of the (level, field) from `_decoded`, or None when some were handed out
+        already or the levels do not fit the chunk cache (later reads then go through it)."""
+        ready = self._decoded(field, L)
+        n = len(self._levels[L].boxes)
+        if len(ready) != n:
+            return None
+        self._waiting[(L, field)] = {}
+        return [ready[i] for i in range(n)]
+
     def to_hierarchy(self) -> Hierarchy:
         """The whole snapshot as a Hierarchy. Box arrays are decoded when first asked for: the
         first box asked of a (level, field) decodes that level and the finer ones (which rebuild
         its covered cells) whole, straight into box arrays held until each is asked for; a box
         asked again, or of levels too large for the chunk cache, is read on its own (after its
-        level's chunks are decoded in one batch, as iterating ``level(L).field(name)`` does)."""
-        waiting: dict = {}  # (level, field) -> {box: array} decoded whole, not handed out yet
+        level's chunks are decoded in one batch)."""
         prefetched = set()
 
-        def decoded(field: str, L: int) -> dict:
-            # The (level, field)'s boxes not handed out yet, the level and the finer ones decoded
-            # whole when first asked for (none when they do not fit the chunk cache).
-            if (L, field) not in waiting:
-                for k, arrays in enumerate(self._whole_levels(field, L) or []):
-                    waiting.setdefault((L + k, field), dict(enumerate(arrays)))
-                waiting.setdefault((L, field), {})
-            return waiting[(L, field)]
-
         def loader(field: str, i: int, L: int) -> np.ndarray:
-            box = decoded(field, L).pop(i, None)
+            box = self._decoded(field, L).pop(i, None)
             if box is not None:
                 return box
             if (L, field) not in prefetched:
@@ -254,12 +270,8 @@ class Dataset:
         def bulk(field: str, L: int) -> list:
             # Every box of the (level, field) at once, unless some were handed out already
             # (then as `loader` gives each).
-            n = len(self._levels[L].boxes)
-            ready = decoded(field, L)
-            if len(ready) == n:
-                waiting[(L, field)] = {}
-                return [ready[i] for i in range(n)]
-            return [loader(field, i, L) for i in range(n)]
+            whole = self._take_level(field, L)
+            return whole if whole is not None else [loader(field, i, L) for i in range(len(self._levels[L].boxes))]
 
         h_levels = []
         for L, lev in enumerate(self._levels):
