@@ -52,9 +52,9 @@ pub fn trial_budget(speed: bool, total: usize) -> usize {
 /// A unit block whose blocks would be less than this share stored over the whole level is not
 /// tried (the blocking factor's unit always is): a walk costs every cell of a block, absent
 /// ones included, so such a unit costs more than twice the cells it codes, in its trial, its
-/// coding and every read. In the ratio preset such units code a few percent smaller on the
-/// Nyx-like hierarchies (32-cell blocks over boxes of 8-16) but wrote 1.2-1.3x and read up to
-/// 1.6x as slowly; no such unit won a `speed`-preset trial.
+/// coding and every read. In the ratio preset such units code the Nyx-like fields 3-5% smaller
+/// (32-cell blocks over boxes of 8-16) but wrote up to 1.9x and read up to 1.6x as slowly; no
+/// such unit won a `speed`-preset trial.
 pub const MIN_FILL: f64 = 0.5;
 
 /// The boxes' cells: node boxes reach one index past the cells they bound.
