@@ -29,16 +29,31 @@ def max_abs_error(x: np.ndarray, y: np.ndarray) -> float:
 
 def psnr(x: np.ndarray, y: np.ndarray) -> float:
     """Peak signal-to-noise ratio in dB over the finite values, relative to their range."""
-    lo, hi, sq, n = math.inf, -math.inf, 0.0, 0
+    # The sum of squared errors is kept as scale^2 * ssq (scale: the largest error so far), so
+    # that errors near float64's smallest values do not underflow when squared (1e-162 squared
+    # rounds to the smallest subnormal, off by 2.6 dB) nor large ones overflow.
+    lo, hi, scale, ssq, n = math.inf, -math.inf, 0.0, 0.0, 0
     for a, b in _blocks(x, y):
         finite = np.isfinite(a)
         a, b = a[finite], b[finite]
         if a.size:
             lo, hi = min(lo, float(a.min())), max(hi, float(a.max()))
-            with np.errstate(over="ignore"):  # errors beyond float64: infinite, PSNR -inf
-                sq += float(np.sum((a - b) ** 2))
+            with np.errstate(over="ignore", invalid="ignore"):  # errors beyond float64: infinite, PSNR -inf
+                err = np.abs(a - b)
+            m = float(err.max())
+            if not m <= np.finfo(np.float64).max:
+                return -math.inf
+            if m > 0.0:
+                block = float(np.sum((err / m) ** 2))
+                if m > scale:
+                    ssq, scale = ssq * (scale / m) ** 2 + block, m
+                else:
+                    ssq += block * (m / scale) ** 2
             n += a.size
-    if n == 0 or sq == 0.0:
+    if n == 0 or scale == 0.0:
         return math.inf
+    if hi <= lo:
+        return -math.inf
     # The codec caps a range wider than float64 can hold at its largest value; so does this.
-    return 20 * math.log10(min(hi - lo, np.finfo(np.float64).max)) - 10 * math.log10(sq / n) if hi > lo else -math.inf
+    peak = min(hi - lo, np.finfo(np.float64).max)
+    return 20 * (math.log10(peak) - math.log10(scale)) - 10 * (math.log10(ssq) - math.log10(n))
