@@ -708,10 +708,13 @@ def _write_progress(description: str, pieces: dict):
 )
 @click.option("--snapshot", help="Name of the new snapshot in OUT [default: step_<step>, such as step_000120].")
 @click.option("--fields", callback=_parse_names, help="Only these fields, separated by commas [default: all].")
-@click.option("--unit", type=click.IntRange(2, 256), help="Unit block edge in cells [default: the blocking factor of the boxes].")
+@click.option(
+    "--unit", type=click.IntRange(2, 256),
+    help="Unit block edge in cells [default: the blocking factor of the boxes or a larger edge, whichever codes smaller on a sample].",
+)
 @click.option(
     "--chunk", type=click.IntRange(min=1),
-    help="Chunk edge in cells, rounded up to a multiple of the unit block [default: about the boxes' size, 16-32 in 3-d, 32-128 in 2-d].",
+    help="Chunk edge in cells, rounded up to a multiple of the unit block [default: about the boxes' size or larger, 16-32 in 3-d, 32-128 in 2-d, whichever codes smaller].",
 )
 @click.option("--mode", type=click.Choice(MODES), default="ratio", show_default=True, help="Optimise for ratio or for speed.")
 @click.option(

@@ -131,8 +131,9 @@ def write(
     {"abs": v}}`` per field. Every stored cell comes back within its field's bound; covered
     cells are not stored and are rebuilt on read by averaging the finer level down. ``unit``
     is the unit block edge (default: per level and field, the best of the blocking factor the
-    boxes honour and larger edges, measured on a sample), ``chunk`` the chunk edge in cells
-    (default: like the level's boxes, or larger where that codes more than 25% smaller).
+    boxes honour and larger edges whose blocks are at least half stored, measured on a sample),
+    ``chunk`` the chunk edge in cells (default: like the level's boxes, or larger where that
+    codes smaller; a box-sized ``chunk`` keeps one-box reads to about the box's own chunk).
     ``sle``/``adaptive_block`` switch off shared lossless encoding (coder statistics per chunk) and
     AMRIC's regression block rule, for comparison. With ``conserve_mean`` (default) a
     (level, field) whose errors lean one way is coded so that its mean is kept.
