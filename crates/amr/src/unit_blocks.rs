@@ -439,11 +439,10 @@ pub fn scatter<T: Element>(
                     written += row;
                 }
                 Some(m) => {
+                    // Branch-free, so that it vectorizes.
                     for ((o, &v), &keep) in out.iter_mut().zip(values).zip(&m[src..src + row]) {
-                        if keep {
-                            *o = v;
-                            written += 1;
-                        }
+                        *o = if keep { v } else { *o };
+                        written += keep as usize;
                     }
                 }
             }

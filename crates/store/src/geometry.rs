@@ -71,16 +71,16 @@ impl LevelGeometry {
         let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
         let region = IBox::new(lo, hi);
         let mut mask = vec![false; tiling.chunk.iter().product()];
+        let stride = amrzip_codec::strides(&tiling.chunk);
         let mut paint = |list: &[IBox], ids: &[u32], value: bool| {
             for &i in ids {
                 if let Some(part) = list[i as usize].intersect(&region) {
-                    let nd = part.ndim();
-                    let row = (part.hi[nd - 1] - part.lo[nd - 1] + 1) as usize;
-                    let mut starts = part.clone();
-                    starts.hi[nd - 1] = part.lo[nd - 1];
-                    for_each_cell(&starts, |cell| {
-                        let o = region.offset_c(cell);
-                        mask[o..o + row].iter_mut().for_each(|m| *m = value);
+                    let shape = part.shape();
+                    let nd = shape.len();
+                    let first: usize = (0..nd).map(|d| (part.lo[d] - region.lo[d]) as usize * stride[d]).sum();
+                    amrzip_codec::for_each_index(&shape[..nd - 1], |k| {
+                        let o = first + k.iter().zip(&stride).map(|(&i, &s)| i * s).sum::<usize>();
+                        mask[o..o + shape[nd - 1]].fill(value);
                     });
                 }
             }
@@ -97,57 +97,58 @@ impl LevelGeometry {
     pub fn check_blocks<T>(&self, tiling: &Tiling, index: &[i64], blocks: &[Block<T>]) -> Result<(), String> {
         let mask = self.chunk_mask(tiling, index).unwrap_or_default();
         let per = tiling.blocks_per_chunk();
-        let mut blocks = blocks.iter().peekable();
+        let nd = per.len();
+        let positions: usize = per.iter().product();
+        // The decoded block at each position; positions must rise, as encoders write them.
+        let mut at: Vec<Option<&Block<T>>> = vec![None; if mask.is_empty() { 0 } else { positions }];
+        let mut previous = None;
+        for b in blocks {
+            let p = usize::try_from(b.position).ok().filter(|&p| p < at.len() && previous.is_none_or(|q| q < p));
+            let Some(p) = p else {
+                return Err(format!("holds a unit block at position {}, where the boxes store no cell", b.position));
+            };
+            at[p] = Some(b);
+            previous = Some(p);
+        }
+        if mask.is_empty() {
+            return Ok(());
+        }
+        // Offsets in the chunk of a block's rows along the last dimension (C order), from its
+        // first cell; and of each block's first cell. Plain sums: this runs on every chunk read.
+        let stride = amrzip_codec::strides(&tiling.chunk);
+        let row = tiling.unit[nd - 1];
+        let mut rows = Vec::new();
+        amrzip_codec::for_each_index(&tiling.unit[..nd - 1], |k| rows.push(k.iter().zip(&stride).map(|(&i, &s)| i * s).sum::<usize>()));
+        let mut position = 0;
         let mut found = None;
-        let mut position = 0u64;
-        if !mask.is_empty() {
-            let grid = IBox::new(vec![0; per.len()], per.iter().map(|&n| n as i64 - 1).collect());
-            let chunk_box = IBox::new(vec![0; per.len()], tiling.chunk.iter().map(|&c| c as i64 - 1).collect());
-            let nd = per.len();
-            let row = tiling.unit[nd - 1];
-            let (mut lo, mut hi) = (vec![0i64; nd], vec![0i64; nd]);
-            for_each_cell(&grid, |b| {
-                if found.is_some() {
-                    return;
-                }
-                // The block's rows along the last dimension, in C order: each a run of the mask,
-                // compared with the decoded block of this position, if any, as they go.
-                for d in 0..nd {
-                    lo[d] = b[d] * tiling.unit[d] as i64;
-                    hi[d] = if d + 1 == nd { lo[d] } else { lo[d] + tiling.unit[d] as i64 - 1 };
-                }
-                let decoded = blocks.next_if(|d| d.position == position);
-                let (mut stored, mut same, mut at) = (false, true, 0);
-                for_each_cell(&IBox::new(lo.clone(), hi.clone()), |c| {
-                    let o = chunk_box.offset_c(c);
-                    let cells = &mask[o..o + row];
-                    // One counting pass (it vectorizes; `contains` and `all` went byte by byte).
-                    let count: usize = cells.iter().map(|&c| c as usize).sum();
-                    stored |= count > 0;
-                    same &= match decoded.and_then(|d| d.mask.as_ref()) {
-                        None => count == row,
-                        Some(m) => m.get(at..at + row) == Some(cells),
-                    };
-                    at += row;
-                });
-                found = match (stored, decoded) {
-                    (true, None) => Some(format!("has no unit block at position {position}, where the boxes store cells")),
-                    (false, Some(_)) => Some(format!("holds a unit block at position {position}, where the boxes store no cell")),
-                    (true, Some(_)) if !same => {
-                        Some(format!("unit block at position {position} does not hold the cells the boxes store there"))
-                    }
-                    _ => None,
+        amrzip_codec::for_each_index(&per, |b| {
+            if found.is_some() {
+                return;
+            }
+            let first: usize = b.iter().zip(&tiling.unit).zip(&stride).map(|((&i, &u), &s)| i * u * s).sum();
+            let decoded = at[position];
+            let (mut stored, mut same) = (false, true);
+            for (k, &r) in rows.iter().enumerate() {
+                let cells = &mask[first + r..first + r + row];
+                // One counting pass (it vectorizes; `contains` and `all` went byte by byte).
+                let count: usize = cells.iter().map(|&c| c as usize).sum();
+                stored |= count > 0;
+                same &= match decoded.and_then(|d| d.mask.as_ref()) {
+                    None => count == row,
+                    Some(m) => m.get(k * row..(k + 1) * row) == Some(cells),
                 };
-                position += 1;
-            });
-        }
-        if let Some(e) = found {
-            return Err(e);
-        }
-        if let Some(b) = blocks.next() {
-            return Err(format!("holds a unit block at position {}, where the boxes store no cell", b.position));
-        }
-        Ok(())
+            }
+            found = match (stored, decoded) {
+                (true, None) => Some(format!("has no unit block at position {position}, where the boxes store cells")),
+                (false, Some(_)) => Some(format!("holds a unit block at position {position}, where the boxes store no cell")),
+                (true, Some(_)) if !same => {
+                    Some(format!("unit block at position {position} does not hold the cells the boxes store there"))
+                }
+                _ => None,
+            };
+            position += 1;
+        });
+        found.map_or(Ok(()), Err)
     }
 }
 

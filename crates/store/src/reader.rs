@@ -948,23 +948,24 @@ fn restrict_into<T: Element>(fine: &[T], fine_box: &IBox, piece: &IBox, ratio: &
     let last = nd - 1;
     let count: f64 = ratio.iter().map(|&r| r as f64).product();
     let (r_last, width) = (ratio[last] as usize, (piece.hi[last] - piece.lo[last] + 1) as usize);
-    let fine_stride: Vec<usize> =
-        (0..nd).map(|d| ((d + 1)..nd).map(|e| (fine_box.hi[e] - fine_box.lo[e] + 1) as usize).product()).collect();
+    let fine_stride = amrzip_codec::strides(&fine_box.shape());
     // Where a coarse cell's fine rows start, from its first fine cell, in C order.
     let mut fine_rows = Vec::new();
     amrzip_codec::for_each_index(&ratio[..last].iter().map(|&r| r as usize).collect::<Vec<_>>(), |k| {
         fine_rows.push(k.iter().zip(&fine_stride).map(|(&i, &s)| i * s).sum::<usize>())
     });
+    let dst_stride = amrzip_codec::strides(&dst_box.shape());
     let mut sums = vec![0.0f64; width];
-    let mut rows = piece.clone();
-    rows.hi[last] = piece.lo[last];
-    let mut first = vec![0i64; nd];
-    for_each_cell(&rows, |coarse| {
+    // Each row of coarse cells along the last dimension: its first cell's offsets in `fine`
+    // (of its first fine cell) and in `dst`, as sums of strides (this runs on every covered row).
+    amrzip_codec::for_each_index(&piece.shape()[..last], |k| {
         sums.fill(0.0);
+        let (mut start, mut at) = (0, 0);
         for d in 0..nd {
-            first[d] = coarse[d] * ratio[d];
+            let coarse = piece.lo[d] + k.get(d).map_or(0, |&i| i as i64);
+            start += (coarse * ratio[d] - fine_box.lo[d]) as usize * fine_stride[d];
+            at += (coarse - dst_box.lo[d]) as usize * dst_stride[d];
         }
-        let start = fine_box.offset_c(&first);
         // The fine rows of this row of coarse cells, in C order.
         for &row in &fine_rows {
             let run = &fine[start + row..start + row + width * r_last];
@@ -972,7 +973,6 @@ fn restrict_into<T: Element>(fine: &[T], fine_box: &IBox, piece: &IBox, ratio: &
                 *sum += cells.iter().fold(0.0, |s, x| s + x.to_f64());
             }
         }
-        let at = dst_box.offset_c(coarse);
         for (o, &s) in dst[at..at + width].iter_mut().zip(&sums) {
             *o = T::from_f64(s / count);
         }
