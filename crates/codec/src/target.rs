@@ -196,22 +196,36 @@ fn psnr<T: Element>(data: &[T], decoded: &[T], range: f64) -> f64 {
     }
 }
 
-/// Root-mean-square error over the finite values of `data` (0 when there are none).
+/// Root-mean-square error over the finite values of `data` (0 when there are none). Squares
+/// are summed relative to the largest error, so that errors near the smallest or largest
+/// floats neither underflow to 0 (which read as a lossless result and let a PSNR target take
+/// any bound) nor overflow.
 pub fn rms_error<T: Element>(data: &[T], decoded: &[T]) -> f64 {
-    let (sum, count) = data
+    // (largest |error|, sum of (error / largest)^2, count)
+    type Scaled = (f64, f64, usize);
+    let merge = |a: Scaled, b: Scaled| -> Scaled {
+        let scale = a.0.max(b.0);
+        let part = |(s, q, _): Scaled| if s == 0.0 { 0.0 } else { q * (s / scale) * (s / scale) };
+        (scale, part(a) + part(b), a.2 + b.2)
+    };
+    let (scale, ssq, count) = data
         .par_chunks(1 << 16)
         .zip(decoded.par_chunks(1 << 16))
         .map(|(a, b)| {
-            a.iter().zip(b).filter(|(x, _)| x.to_f64().is_finite()).fold((0.0f64, 0usize), |(s, n), (x, y)| {
-                let d = x.to_f64() - y.to_f64();
-                (s + d * d, n + 1)
+            let finite = || a.iter().zip(b).filter(|(x, _)| x.to_f64().is_finite());
+            let largest = finite().fold(0.0f64, |m, (x, y)| m.max((x.to_f64() - y.to_f64()).abs()));
+            finite().fold((largest, 0.0, 0), |(s, q, n), (x, y)| {
+                let d = if s == 0.0 { 0.0 } else { (x.to_f64() - y.to_f64()) / s };
+                (s, q + d * d, n + 1)
             })
         })
-        .reduce(|| (0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    if count == 0 {
-        return 0.0;
+        .reduce(|| (0.0, 0.0, 0), merge);
+    match (count, scale) {
+        (0, _) => 0.0,
+        // An error past the largest float (values of opposite signs near it).
+        (_, s) if s.is_infinite() => f64::INFINITY,
+        _ => scale * (ssq / count as f64).sqrt(),
     }
-    (sum / count as f64).sqrt()
 }
 
 /// The central box of about `SAMPLE_ELEMENTS` elements.
@@ -242,4 +256,22 @@ pub fn compress<T: Element>(data: &[T], shape: &[usize], config: &Config) -> Res
     let mut full = Search::new(data, shape, config, target, range);
     full.run(x0, slope, if sampled { FULL_STEPS } else { SAMPLE_STEPS })?;
     Ok(full.best()?.stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_error_neither_underflows_nor_overflows() {
+        // Errors a, 2a, a, 2a, a: RMS a * sqrt(11 / 5), at any scale a square could leave.
+        for a in [1.0, 2.5e-179, 1e-300, 5e-324, 1e300] {
+            let (x, y) = ([a, 0.0, a, 0.0, a], [2.0 * a, -2.0 * a, 2.0 * a, -2.0 * a, 2.0 * a]);
+            let (got, want) = (rms_error(&x, &y), a * (11.0f64 / 5.0).sqrt());
+            assert!((got / want - 1.0).abs() < 1e-12, "{a}: {got} against {want}");
+        }
+        assert_eq!(rms_error(&[f64::MAX, 1.0], &[-f64::MAX, 1.0]), f64::INFINITY);
+        assert_eq!(rms_error(&[1.0, f64::NAN], &[1.0, 0.0]), 0.0);
+        assert_eq!(rms_error::<f64>(&[], &[]), 0.0);
+    }
 }
