@@ -280,18 +280,19 @@ fn requested_bound<T: Float>(data: &[T], bound: ErrorBound, recorded: f64) -> f6
 /// PSNR over the finite values (peak = their range); infinite when nothing changed.
 fn psnr<T: Float>(data: &[T], out: &[T]) -> f64 {
     let Some((lo, hi)) = finite_range(data) else { return f64::INFINITY };
-    let (mut sum, mut n) = (0.0f64, 0usize);
-    for (&x, &y) in data.iter().zip(out) {
-        if x.to_f64().is_finite() {
-            let d = x.to_f64() - y.to_f64();
-            sum += d * d;
-            n += 1;
-        }
-    }
-    if sum == 0.0 {
+    let errors: Vec<f64> =
+        data.iter().zip(out).filter(|(x, _)| x.to_f64().is_finite()).map(|(x, y)| (x.to_f64() - y.to_f64()).abs()).collect();
+    // Squares relative to the largest error, so that errors near the float limits neither
+    // underflow (reading as lossless) nor overflow (reading as -inf dB).
+    let largest = errors.iter().fold(0.0f64, |m, &e| m.max(e));
+    if largest == 0.0 {
         return f64::INFINITY;
     }
-    20.0 * ((hi - lo).min(f64::MAX) / (sum / n as f64).sqrt()).log10()
+    if largest.is_infinite() {
+        return f64::NEG_INFINITY;
+    }
+    let ssq: f64 = errors.iter().map(|&e| (e / largest) * (e / largest)).sum();
+    20.0 * ((hi - lo).min(f64::MAX) / (largest * (ssq / errors.len() as f64).sqrt())).log10()
 }
 
 fn hex<T: Float>(x: T) -> String {
