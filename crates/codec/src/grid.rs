@@ -102,7 +102,7 @@ pub fn for_each_index(extent: &[usize], mut f: impl FnMut(&[usize])) {
 
 /// Calls `row(array_offset, chunk_offset, len)` for every contiguous row of `b` inside an array
 /// of `shape`: the chunk is stored C-order and densely, rows run along the last dimension.
-fn for_each_row(shape: &[usize], b: &ChunkBox, mut row: impl FnMut(usize, usize, usize)) {
+pub fn for_each_row(shape: &[usize], b: &ChunkBox, mut row: impl FnMut(usize, usize, usize)) {
     let nd = shape.len();
     let st = strides(shape);
     let row_len = b.shape[nd - 1];

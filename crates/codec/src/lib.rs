@@ -39,7 +39,7 @@ pub use bytes::{join_into, ByteReader};
 pub use element::{DType, Element};
 pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
-pub use grid::{for_each_index, strides};
+pub use grid::{for_each_index, for_each_row, strides};
 pub use predictor::PredictorKind;
 pub use range::finite_range;
 pub use stream::{CodebookSource, StreamInfo};

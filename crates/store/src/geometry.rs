@@ -7,6 +7,8 @@ use crate::metadata::SnapshotMeta;
 use amrzip_amr::boxes::{for_each_cell, BoxIndex, Coverage};
 use amrzip_amr::{IBox, Tiling};
 use amrzip_codec::blockset::Block;
+use amrzip_codec::for_each_row;
+use amrzip_codec::stages::ChunkBox;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -71,17 +73,11 @@ impl LevelGeometry {
         let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
         let region = IBox::new(lo, hi);
         let mut mask = vec![false; tiling.chunk.iter().product()];
-        let stride = amrzip_codec::strides(&tiling.chunk);
         let mut paint = |list: &[IBox], ids: &[u32], value: bool| {
             for &i in ids {
                 if let Some(part) = list[i as usize].intersect(&region) {
-                    let shape = part.shape();
-                    let nd = shape.len();
-                    let first: usize = (0..nd).map(|d| (part.lo[d] - region.lo[d]) as usize * stride[d]).sum();
-                    amrzip_codec::for_each_index(&shape[..nd - 1], |k| {
-                        let o = first + k.iter().zip(&stride).map(|(&i, &s)| i * s).sum::<usize>();
-                        mask[o..o + shape[nd - 1]].fill(value);
-                    });
+                    let origin = part.lo.iter().zip(&region.lo).map(|(&p, &r)| (p - r) as usize).collect();
+                    for_each_row(&tiling.chunk, &ChunkBox { origin, shape: part.shape() }, |o, _, n| mask[o..o + n].fill(value));
                 }
             }
         };
@@ -114,11 +110,12 @@ impl LevelGeometry {
             return Ok(());
         }
         // Offsets in the chunk of a block's rows along the last dimension (C order), from its
-        // first cell; and of each block's first cell. Plain sums: this runs on every chunk read.
+        // first cell, found once; and of each block's first cell. Plain sums: this runs on every
+        // chunk read.
         let stride = amrzip_codec::strides(&tiling.chunk);
         let row = tiling.unit[nd - 1];
         let mut rows = Vec::new();
-        amrzip_codec::for_each_index(&tiling.unit[..nd - 1], |k| rows.push(k.iter().zip(&stride).map(|(&i, &s)| i * s).sum::<usize>()));
+        for_each_row(&tiling.chunk, &ChunkBox { origin: vec![0; nd], shape: tiling.unit.clone() }, |o, _, _| rows.push(o));
         let mut position = 0;
         let mut found = None;
         amrzip_codec::for_each_index(&per, |b| {
