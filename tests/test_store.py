@@ -13,6 +13,7 @@ import pytest
 
 import amrzip
 from amrzip.amr import Hierarchy
+from amrzip.codec import PREDICTORS
 from amrzip.store import StoreError, snapshots
 from store_files import read_entry, rewrite_entry, snapshot_file
 
@@ -510,6 +511,20 @@ def test_ablations_round_trip(tmp_path):
     for k, opts in enumerate([{"sle": False}, {"adaptive_block": False}, {"mode": "speed"}, {"predictor": "regression"}]):
         amrzip.write(h, tmp_path / f"s{k}", rel=1e-3, **opts)
         assert_round_trip(h, amrzip.open(tmp_path / f"s{k}"))
+
+
+@pytest.mark.parametrize("mode", ["ratio", "speed"])
+@pytest.mark.parametrize("predictor", PREDICTORS)
+def test_every_forced_predictor_round_trips_with_partial_blocks(tmp_path, predictor, mode):
+    # Dual quantization codes whole blocks only: a chunk of mostly whole blocks then mixes it
+    # with the Lorenzo of its partial block, which must keep its own (empty) settings.
+    coarse = [((0, 0, 0), (31, 31, 31))]
+    fine = [((18, 18, 18), (29, 29, 29))]
+    h = two_level(n=32, coarse_boxes=coarse, fine_boxes=fine, fields=("rho",))
+    amrzip.write(h, tmp_path / "s", rel=1e-3, unit=8, chunk=32, mode=mode, predictor=predictor)
+    ds = amrzip.open(tmp_path / "s")
+    assert ds.array_info(0, "rho")["stats"]["partial_blocks"] > 0
+    assert_round_trip(h, ds)
 
 
 @pytest.mark.parametrize("chunk, share", [(16, 0.1), (None, 1 / 3)])

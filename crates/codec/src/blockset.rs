@@ -1003,7 +1003,9 @@ fn decode_deferring<T: Element>(bytes: &[u8], codebook: &SharedCodebook, unit: &
         };
         let kind = if flags & 2 == 2 { BlockKind::from_code(r.u8("block predictor")?)? } else { h.common_kind };
         let mut parts = read_parts::<T>(&mut r, n)?;
-        if parts.side.is_empty() {
+        // Only a block that takes the common predictor takes its settings: a block with a
+        // predictor of its own wrote its own settings, however empty.
+        if parts.side.is_empty() && flags & 2 == 0 {
             parts.side = h.common_side;
         }
         heads.push((position, kind, mask, parts));
