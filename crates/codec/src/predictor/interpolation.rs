@@ -586,9 +586,10 @@ fn passes(shape: &[usize], order: DimOrder, spline: Spline) -> impl Iterator<Ite
 /// Walks of at most this many points keep their passes for the next walk of the same shape.
 const CACHED_WALK_POINTS: usize = 1 << 18;
 
-/// Calls `f` on every pass of the walk, in order. The unit blocks of an AMR level share one
-/// shape, and building the passes of a small block (coordinates, rows, stencils) cost about as
-/// much as coding it: each thread keeps the passes of the last small walk it made.
+/// Calls `f` on every pass of the walk, in order. Walks of at most `PLAN_POINTS` go through a
+/// `Plan` instead; above it, arrays chunked alike (an HDF5 dataset's chunks, 64^3 unit blocks)
+/// walk one shape again and again, so each thread keeps the passes of the last walk of at most
+/// `CACHED_WALK_POINTS` it made.
 fn for_each_pass(shape: &[usize], order: DimOrder, spline: Spline, mut f: impl FnMut(&Pass)) {
     type Cached = (Vec<usize>, DimOrder, Spline, Rc<[Pass]>);
     thread_local! {
