@@ -41,7 +41,7 @@ pub use entropy::adaptive::{Policy, Thresholds, DEFAULT_THRESHOLDS};
 pub use error::{CodecError, Result};
 pub use grid::{for_each_index, for_each_row, strides};
 pub use predictor::PredictorKind;
-pub use range::finite_range;
+pub use range::{finite_range, finite_range_where};
 pub use stream::{CodebookSource, StreamInfo};
 pub use streaming::{EncoderStats, StreamDecoder, StreamEncoder};
 pub use threads::{run_sized as run_sized_with_threads, run_with as run_with_threads, start as start_threads};

@@ -86,6 +86,27 @@ pub fn finite_range_from<T: Element>(data: &[T], all: (f64, f64)) -> (f64, f64) 
     }
 }
 
+/// Smallest and largest finite value of `data` where `keep` (of the same length) is true; lo >
+/// hi when there is none. What an AMR level's relative bound spans: its stored (uncovered) cells.
+pub fn finite_range_where<T: Element>(data: &[T], keep: &[bool]) -> (f64, f64) {
+    assert_eq!(data.len(), keep.len(), "one flag per value");
+    data.par_chunks(BLOCK)
+        .zip(keep.par_chunks(BLOCK))
+        .map(|(block, keep)| {
+            let mut m = MinMax::new();
+            for (values, flags) in block.chunks(LANES).zip(keep.chunks(LANES)) {
+                for (j, (&x, &k)) in values.iter().zip(flags).enumerate() {
+                    let v = x.to_f64();
+                    if k && v.is_finite() {
+                        m.update(j, v);
+                    }
+                }
+            }
+            m.result()
+        })
+        .reduce(|| (f64::INFINITY, f64::NEG_INFINITY), merge)
+}
+
 /// A copy of `data`, with, from the same sweep, whether every value is finite and the range of
 /// every value but NaN: an array bound for a predictor that works on its own copy is read from
 /// memory once for its relative bound and its copy. Each block is copied, then scanned while it
@@ -143,6 +164,22 @@ mod tests {
         assert!(copy.iter().zip(&data).all(|(a, b)| a.to_bits() == b.to_bits()));
         assert_eq!((finite, all), (false, (-400.0, f64::INFINITY)));
         assert_eq!(finite_range_from(&data, all), (-400.0, 599.0));
+    }
+
+    #[test]
+    fn finite_range_where_takes_only_the_kept_finite_values() {
+        let n = 2 * BLOCK + 13;
+        let mut data: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1001) as f64 - 500.0).collect();
+        let keep: Vec<bool> = (0..n).map(|i| i % 3 != 0).collect();
+        data[1] = f64::NAN;
+        data[BLOCK + 2] = f64::NEG_INFINITY;
+        data[n - 1] = 1e300;
+        data[3] = -1e300; // not kept
+        let kept: Vec<f64> = data.iter().zip(&keep).filter(|(x, &k)| k && x.is_finite()).map(|(&x, _)| x).collect();
+        let want = (kept.iter().copied().fold(f64::INFINITY, f64::min), kept.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+        assert_eq!(finite_range_where(&data, &keep), want);
+        let (lo, hi) = finite_range_where(&data, &vec![false; n]);
+        assert!(lo > hi);
     }
 
     #[test]

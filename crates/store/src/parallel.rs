@@ -819,7 +819,7 @@ pub fn simulate_owners(levels: &[SimulatedLevel], node: &[bool], ranks: usize) -
             lev.boxes.par_iter().map(|b| amrzip_amr::boxes::stored_mask(b, &coverage)).collect()
         };
         let origin = &lev.domain.lo;
-        let Some(&(_, edge)) = crate::chunking::candidates(&lev.boxes, node, origin, None, None).first() else { continue };
+        let Some(&(_, edge)) = crate::chunking::candidates(&lev.boxes, node, origin, None, None, true).first() else { continue };
         let space: Vec<usize> = lev.domain.shape().iter().zip(node).map(|(&n, &nd)| n + nd as usize).collect();
         moved += Ownership::of_level(&lev.boxes, &lev.holders, &masks, origin, &space, edge, 1, &mut owned).moved;
     }

@@ -206,6 +206,15 @@ fn stored_range<T: Element>(boxes: &[BoxView<T>]) -> (f64, f64) {
     boxes
         .par_iter()
         .map(|b| {
+            // Contiguous values: the codec's vectorised sweeps (a running min/max value by value
+            // is a serial chain of float compares). The stored-cell flags are in C order.
+            if b.ghost.iter().all(|&g| g == 0) {
+                match (b.stored, b.layout) {
+                    (None, _) => return amrzip_codec::finite_range(b.data),
+                    (Some(keep), Layout::C) => return amrzip_codec::finite_range_where(b.data, keep),
+                    _ => {}
+                }
+            }
             let mut r = (f64::INFINITY, f64::NEG_INFINITY);
             for_each_stored(b, |v| {
                 let v = v.to_f64();
@@ -609,7 +618,8 @@ fn write_on(
     let mut owned = vec![0.0; ranks];
     for (l, lev) in spec.levels.iter().enumerate() {
         let origin = lev.domain.lo.clone();
-        let mut candidates = chunking::candidates(&lev.boxes, &node, &origin, options.unit, options.chunk);
+        let stores_cells = masks[l].iter().any(|m| m.as_ref().is_none_or(|m| m.contains(&true)));
+        let mut candidates = chunking::candidates(&lev.boxes, &node, &origin, options.unit, options.chunk, stores_cells);
         if candidates.is_empty() {
             return Err(invalid!("level {l}: no unit block and chunk edge fit unit={:?}, chunk={:?}", options.unit, options.chunk));
         }
