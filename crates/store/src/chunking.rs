@@ -143,13 +143,24 @@ pub fn candidates(
     if let Some(c) = chunk {
         return units.into_iter().filter(|&u| u <= c.max(first)).map(|u| (u, round_up(c, u))).collect();
     }
-    let local = round_up(chunk_edge(&cells, dim).max(first), first);
+    let local = box_edge(&cells, dim, first);
     // The large edge, no larger than the power of two the boxes reach from the domain corner:
     // beyond that it only makes a level of one chunk take a larger index.
     let reach = cells.iter().flat_map(|b| b.hi.iter().zip(domain_lo).map(|(&h, &o)| (h - o + 1).max(1) as usize)).max().unwrap_or(1);
     let reach = reach.next_power_of_two();
     let large = if stores_cells { round_up(local.max(large_chunk(dim).min(reach)), first) } else { local };
     units.into_iter().filter_map(|u| [large, local].into_iter().find(|c| c.is_multiple_of(u)).map(|c| (u, c))).collect()
+}
+
+/// The chunk edge that follows a level's boxes (`cells`: their cells, see `cell_boxes`), a
+/// multiple of `unit`: with it, reading one box touches about one chunk.
+fn box_edge(cells: &[IBox], dim: usize, unit: usize) -> usize {
+    round_up(chunk_edge(cells, dim).max(unit), unit)
+}
+
+/// `box_edge` of a level's boxes (`node`: per dimension, whether they hold nodes).
+pub fn level_box_edge(boxes: &[IBox], node: &[bool], unit: usize) -> usize {
+    box_edge(&cell_boxes(boxes, node), node.len(), unit)
 }
 
 /// Trial sizes: ((unit edge, chunk edge), bytes).

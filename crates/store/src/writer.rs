@@ -645,8 +645,15 @@ fn write_on(
         let mut trials = Vec::with_capacity(nf);
         let mut kept = Vec::with_capacity(nf);
         let mut choices = vec![None; nf];
-        if measured {
-            let first = candidates[0];
+        // The predictor choice gathers the chunks of the blocks it samples, so it is made on
+        // chunks that follow the boxes: 32^3 chunks over 16^3 boxes gather 8x the cells (the
+        // Nyx-like write's peak 7% higher, and another sample of blocks).
+        let choice_edge = match options.chunk {
+            Some(_) => candidates[0].1,
+            None => chunking::level_box_edge(&lev.boxes, &node, candidates[0].0).min(candidates[0].1),
+        };
+        if measured || (choice_edge < candidates[0].1 && !lev.boxes.is_empty()) {
+            let first = (candidates[0].0, choice_edge);
             for (f, cfg) in cfgs.iter().enumerate() {
                 let eb = meta.bounds[f].abs;
                 // The choice, on blocks spread over the whole level (every rank's).
@@ -662,6 +669,8 @@ fn write_on(
                     Ok(())
                 })?;
             }
+        }
+        if measured {
             // In a parallel write each rank measures some of the fields (f mod ranks), on the
             // sampled boxes the others send it, all fields' at once.
             let samples = if parallel { sample_exchange(group, l, spec, &mine[l], &sample, &with_views)? } else { Vec::new() };
