@@ -144,9 +144,10 @@ pub fn candidates(
         return units.into_iter().filter(|&u| u <= c.max(first)).map(|u| (u, round_up(c, u))).collect();
     }
     let local = box_edge(&cells, dim, first);
-    // The large edge, no larger than the power of two the boxes reach from the domain corner:
-    // beyond that it only makes a level of one chunk take a larger index.
-    let reach = cells.iter().flat_map(|b| b.hi.iter().zip(domain_lo).map(|(&h, &o)| (h - o + 1).max(1) as usize)).max().unwrap_or(1);
+    // The large edge, no larger than the power of two the boxes reach from the domain corner
+    // (node boxes to their last node): beyond that it only makes a level of one chunk take a
+    // larger index.
+    let reach = boxes.iter().flat_map(|b| b.hi.iter().zip(domain_lo).map(|(&h, &o)| (h - o + 1).max(1) as usize)).max().unwrap_or(1);
     let reach = reach.next_power_of_two();
     let large = if stores_cells { round_up(local.max(large_chunk(dim).min(reach)), first) } else { local };
     units.into_iter().filter_map(|u| [large, local].into_iter().find(|c| c.is_multiple_of(u)).map(|c| (u, c))).collect()
@@ -314,6 +315,8 @@ mod tests {
         assert_eq!(candidates(&boxes[..1], &[false, false], &[0, 0], None, None, true), vec![(32, 32)]);
         let wide = [IBox::from_slices(&[0, 0], &[31, 31]), IBox::from_slices(&[32, 0], &[1023, 31])];
         assert_eq!(candidates(&wide, &[false, false], &[0, 0], None, None, true), vec![(32, 128)]);
+        // Nodes one past the cells: 65 indices take a chunk of 128.
+        assert_eq!(candidates(&[IBox::from_slices(&[0, 0], &[64, 31])], &[true, false], &[0, 0], None, None, true), vec![(32, 128)]);
         // A level storing no cell keeps chunks the size of its boxes.
         assert_eq!(candidates(&boxes, &[false, false], &[0, 0], None, None, false), vec![(32, 32)]);
     }
