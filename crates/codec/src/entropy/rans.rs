@@ -49,15 +49,24 @@ const fn magnitude_token(m: u32) -> u32 {
 }
 
 /// The token of residual `d` (`|d| <= 2^16`), with its extra bits: how many and their value.
+/// Without a branch: zero, small and large magnitudes mix in every field, and a branch on which
+/// mispredicts.
 #[inline(always)]
 pub fn tokenize(d: i32) -> (u8, u32, u32) {
     let m = d.unsigned_abs();
-    if m == 0 {
-        return (0, 0, 0);
-    }
-    let t = magnitude_token(m);
-    let extra = if m < EXACT { 0 } else { 32 - m.leading_zeros() - 3 };
-    ((2 * t - 1 + (d < 0) as u32) as u8, extra, m & ((1 << extra) - 1))
+    let k = bit_length(m | 1);
+    let large = m >= EXACT;
+    let extra = if large { k - 3 } else { 0 };
+    let t = if large { EXACT + (k.wrapping_sub(4) << 2) + ((m >> extra) & 3) } else { m };
+    ((2 * t - (m != 0) as u32 + (d < 0) as u32) as u8, extra, m & ((1 << extra) - 1))
+}
+
+/// The bit length of `v < 2^24` (0 for 0), from the exponent of `v` as a float: a
+/// conversion, which vector units have, where counting leading zeros needs AVX-512.
+#[inline(always)]
+pub fn bit_length(v: u32) -> u32 {
+    // Through i32: vector units convert signed integers only.
+    ((v as i32 as f32).to_bits() >> 23).saturating_sub(126)
 }
 
 /// Magnitude token `t`'s smallest magnitude and how many extra bits follow it.
@@ -327,6 +336,45 @@ impl Table {
     }
 }
 
+/// How an encoder codes a token of one table: its frequency and start, the state above which it
+/// renormalizes first, and the frequency's reciprocal, which makes the state's division a
+/// multiplication: `x / freq == (x * reciprocal) >> shift` for every 32-bit `x` (Granlund and
+/// Montgomery's round-up method with a 33-bit multiplier).
+#[derive(Clone, Copy, Default)]
+struct Coding {
+    freq: u32,
+    start: u32,
+    limit: u64,
+    reciprocal: u64,
+    shift: u32,
+}
+
+impl Coding {
+    /// Codes this token from state `x`, returning the state before it. A symbol writes at
+    /// most one word: written always at `words[*kept]`, kept where the state renormalizes,
+    /// without a branch that the symbols decide (and no predictor foresees).
+    #[inline(always)]
+    fn step(&self, x: u32, words: &mut [u16], kept: &mut usize) -> u32 {
+        words[*kept] = x as u16;
+        let renormalize = x as u64 >= self.limit;
+        *kept += renormalize as usize;
+        let y = if renormalize { x >> 16 } else { x };
+        let q = ((y as u128 * self.reciprocal as u128) >> self.shift) as u32;
+        (q << SCALE) + (y - q * self.freq) + self.start
+    }
+
+    fn new(entry: u32) -> Coding {
+        let (freq, start) = Table::split(entry);
+        if freq == 0 {
+            return Coding::default();
+        }
+        // ceil(log2 freq), and the multiplier ceil(2^(32 + l) / freq) < 2^33.
+        let l = u32::BITS - (freq - 1).leading_zeros();
+        let reciprocal = (1u64 << (32 + l)).div_ceil(freq as u64);
+        Coding { freq, start, limit: (freq as u64) << (32 - SCALE), reciprocal, shift: 32 + l }
+    }
+}
+
 /// The tables of every context: what is stored once and shared by every stream they code.
 /// Runs of consecutive contexts may share one table.
 #[derive(Clone)]
@@ -335,6 +383,8 @@ pub struct Tables {
     of: Vec<u8>,
     levels: Vec<[u8; TOKENS]>,
     tables: Vec<Option<Table>>,
+    /// Per table, its tokens' codings, made when an encoder first asks.
+    codings: std::sync::OnceLock<Vec<Option<[Coding; TOKENS]>>>,
     /// Whether decoding reads extra bits without a branch (see `Decoder::residual`).
     branchless: bool,
 }
@@ -369,7 +419,19 @@ impl Tables {
             extra += if bits > 0 { n } else { 0 };
         }
         let share = extra as f64 / nonzero.max(1) as f64;
-        Tables { of: of.collect(), levels, tables, branchless: share.min(1.0 - share) > BRANCHLESS_SHARE }
+        Tables {
+            of: of.collect(),
+            levels,
+            tables,
+            codings: std::sync::OnceLock::new(),
+            branchless: share.min(1.0 - share) > BRANCHLESS_SHARE,
+        }
+    }
+
+    /// The codings of `context`'s tokens, if it has a table.
+    fn coding(&self, context: usize) -> Option<&[Coding; TOKENS]> {
+        let codings = self.codings.get_or_init(|| self.tables.iter().map(|t| t.as_ref().map(|t| t.entries.map(Coding::new))).collect());
+        self.of.get(context).and_then(|&t| codings[t as usize].as_ref())
     }
 
     pub fn contexts(&self) -> usize {
@@ -410,6 +472,10 @@ impl Tables {
     }
 }
 
+/// Streams of at least this many tokens are counted in four tallies (`Encoder::count`), which
+/// fewer would not pay for clearing.
+const TALLY_SYMBOLS: usize = 1 << 14;
+
 /// Collects a stream's tokens and contexts in coding order, to count them (learning tables) and
 /// then code them backwards (`finish`) without modelling the stream twice.
 #[derive(Default)]
@@ -425,12 +491,28 @@ impl Encoder {
     }
 
     /// Codes residual `d` (`|d| <= 2^16`) in `context`.
+    #[cfg(test)]
     #[inline(always)]
     pub fn residual(&mut self, context: usize, d: i32) {
         let (token, extra, value) = tokenize(d);
         self.contexts.push(context as u8);
         self.tokens.push(token);
         self.bits.put(value, extra);
+    }
+
+    /// Codes residuals `d`, each in its context of `contexts`, as `residual` one by one.
+    #[inline(always)]
+    pub fn extend(&mut self, contexts: &[u8], d: &[i32]) {
+        self.contexts.extend_from_slice(contexts);
+        let start = self.tokens.len();
+        self.tokens.resize(start + d.len(), 0);
+        let mut extra_bits = vec![0u32; d.len()];
+        for ((token, bits), &r) in self.tokens[start..].iter_mut().zip(&mut extra_bits).zip(d) {
+            let (t, extra, value) = tokenize(r);
+            *token = t;
+            *bits = value | extra << 16;
+        }
+        self.bits.put_all(&extra_bits);
     }
 
     /// How many residuals the stream holds.
@@ -450,8 +532,28 @@ impl Encoder {
 
     /// Adds the stream's tokens to `counts`.
     pub fn count(&self, counts: &mut Counts) {
-        for (&c, &t) in self.contexts.iter().zip(&self.tokens) {
-            counts.add(c as usize, t);
+        let pairs = self.contexts.iter().zip(&self.tokens);
+        if self.tokens.len() < TALLY_SYMBOLS {
+            pairs.for_each(|(&c, &t)| counts.add(c as usize, t));
+            return;
+        }
+        // Four tallies, a symbol's chosen by its position: in a run of one token every count
+        // would otherwise wait for the last one's increment to reach memory.
+        let mut tally = vec![[0u32; TOKENS]; 4 * counts.counts.len()];
+        let (mut contexts, mut tokens) = (self.contexts.chunks_exact(4), self.tokens.chunks_exact(4));
+        for (c, t) in (&mut contexts).zip(&mut tokens) {
+            for k in 0..4 {
+                tally[4 * c[k] as usize + k][t[k] as usize] += 1;
+            }
+        }
+        for (&c, &t) in contexts.remainder().iter().zip(tokens.remainder()) {
+            tally[4 * c as usize][t as usize] += 1;
+        }
+        for (c, rows) in tally.chunks_exact(4).enumerate() {
+            for t in 0..TOKENS {
+                let n = rows.iter().map(|r| r[t]).fold(0u32, u32::saturating_add);
+                counts.add_n(c, t as u8, n);
+            }
         }
     }
 
@@ -471,25 +573,33 @@ impl Encoder {
     /// The stream, appended to `out`. Fails if a token has no frequency in its context's table
     /// (tables learnt from other symbols than these).
     pub fn finish(&self, tables: &Tables, out: &mut Vec<u8>) -> Result<()> {
-        let mut words: Vec<u16> = Vec::with_capacity(self.tokens.len() / 2 + 4);
-        let mut states = [LOW; 2];
-        for (i, (&c, &t)) in self.contexts.iter().zip(&self.tokens).enumerate().rev() {
-            let table = tables.of(c as usize).ok_or_else(|| corrupt!("context {c} has no table"))?;
-            let (f, s) = Table::split(table.entries[t as usize]);
-            if f == 0 {
+        let codings: [Option<&[Coding; TOKENS]>; MAX_CONTEXTS] = std::array::from_fn(|c| tables.coding(c));
+        let mut words = vec![0u16; self.tokens.len()];
+        let mut kept = 0;
+        let coding = |c: u8, t: u8| -> Result<&Coding> {
+            let Some(Some(coding)) = codings.get(c as usize) else { return Err(corrupt!("context {c} has no table")) };
+            let k = &coding[t as usize];
+            if k.freq == 0 {
                 return Err(corrupt!("token {t} has no frequency in context {c}"));
             }
-            let x = &mut states[i & 1];
-            if *x as u64 >= (f as u64) << (32 - SCALE) {
-                words.push(*x as u16);
-                *x >>= 16;
-            }
-            *x = ((*x / f) << SCALE) + (*x % f) + s;
+            Ok(k)
+        };
+        // Symbol i takes state i % 2: backwards, two at a time, so that both states stay in
+        // registers rather than in an array indexed by the symbol.
+        let (mut x0, mut x1) = (LOW, LOW);
+        let even = self.tokens.len() & !1;
+        if let (Some(&c), Some(&t)) = (self.contexts.get(even), self.tokens.get(even)) {
+            x0 = Coding::step(coding(c, t)?, x0, &mut words, &mut kept);
         }
-        let mut rans = Vec::with_capacity(8 + 2 * words.len());
+        for (c, t) in self.contexts[..even].rchunks_exact(2).zip(self.tokens[..even].rchunks_exact(2)) {
+            x1 = Coding::step(coding(c[1], t[1])?, x1, &mut words, &mut kept);
+            x0 = Coding::step(coding(c[0], t[0])?, x0, &mut words, &mut kept);
+        }
+        let states = [x0, x1];
+        let mut rans = Vec::with_capacity(8 + 2 * kept);
         rans.extend_from_slice(&states[0].to_le_bytes());
         rans.extend_from_slice(&states[1].to_le_bytes());
-        for w in words.iter().rev() {
+        for w in words[..kept].iter().rev() {
             rans.extend_from_slice(&w.to_le_bytes());
         }
         put_varint(out, rans.len() as u64);
@@ -585,6 +695,18 @@ impl<'a> Decoder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reciprocals_divide_every_state_exactly() {
+        let mut next = crate::test_rng::xorshift(3);
+        for freq in 1..=TOTAL {
+            let k = Coding::new(freq << SCALE);
+            let states = [0, 1, freq - 1, freq, u32::MAX, u32::MAX - 1, u32::MAX / freq * freq, (u32::MAX / freq) * freq - 1];
+            for x in states.into_iter().chain((0..64).map(|_| next() as u32)) {
+                assert_eq!(((x as u128 * k.reciprocal as u128) >> k.shift) as u32, x / freq, "{x} / {freq}");
+            }
+        }
+    }
 
     #[test]
     fn tokens_cover_every_residual_once() {

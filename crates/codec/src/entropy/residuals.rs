@@ -396,6 +396,8 @@ fn context(class: usize, prev_negative: bool) -> usize {
 
 struct Tabled<C>(C);
 
+/// Modelling symbol by symbol, which `model` must match (tests).
+#[cfg(test)]
 impl SymbolCoder for Tabled<&mut rans::Encoder> {
     #[inline(always)]
     fn code(&mut self, class: usize, prev_negative: bool, d: i32) -> Result<i32> {
@@ -414,9 +416,125 @@ impl SymbolCoder for Tabled<&mut rans::Decoder<'_>> {
 /// The tokens and contexts of `symbols` (residual 0 at `zero`) as `encode` models them
 /// (`layout` as there), ready to count (learning the tables) and to code with the tables.
 pub fn model(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
+    assert_eq!(layout.symbols(), symbols.len(), "a layout of as many symbols");
+    model_batched(symbols, zero, layout)
+}
+
+crate::cpu::fast_fn!(
+    /// `model`, a part (a block, or a run of up to `BATCH` symbols) at a time: an encoder
+    /// knows every residual before it codes any, so the window's sums, the neighbours' and the
+    /// contexts come from whole parts in loops the compiler vectorizes, instead of one symbol's
+    /// state after another's as `walk` goes (which decoders must). 2.9x as fast on a plain
+    /// stream of mixed quiet and busy regions.
+    fn model_batched(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder => model_in
+);
+
+/// Symbols of a run modelled together (`model_batched`).
+const BATCH: usize = 2048;
+
+#[inline(always)]
+fn model_in(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
     let mut enc = rans::Encoder::with_capacity(symbols.len());
-    walk(layout, &mut Tabled(&mut enc), |i| symbols[i] as i32 - zero as i32, |_| Ok(())).expect("modelling cannot fail");
+    let mut batch = Batch { mags: [0; WINDOW + BATCH], sums: [0; BATCH], contexts: [0; BATCH], prev_negative: false };
+    let (cells, count) = (layout.cells, layout.count as usize);
+    // Per cell of the block shape its magnitude (0 where not stored), and a 0 past the end for
+    // neighbours past the block's faces, as in `walk`.
+    let mut block_mags = vec![0u32; cells.len() + 1];
+    let (mut d, mut spatial) = ([0i32; BATCH], Vec::new());
+    let mut rest = symbols;
+    for part in &layout.parts {
+        match *part {
+            Part::Run(len) => {
+                let (run, after) = rest.split_at(len);
+                rest = after;
+                for piece in run.chunks(BATCH) {
+                    let d = &mut d[..piece.len()];
+                    for (r, &s) in d.iter_mut().zip(piece) {
+                        *r = s as i32 - zero as i32;
+                    }
+                    batch.code(&mut enc, d, None);
+                }
+            }
+            Part::Block(mask) => {
+                let mut stored = rest.iter();
+                for (k, m) in block_mags[..cells.len()].iter_mut().enumerate() {
+                    *m = match mask {
+                        Some(mask) if !mask[k] => 0,
+                        _ => (*stored.next().expect("one symbol per stored cell") as i32 - zero as i32).unsigned_abs().min(CAP),
+                    };
+                }
+                let (block, after) = rest.split_at(rest.len() - stored.len());
+                rest = after;
+                spatial.clear();
+                for (k, near) in cells.iter().enumerate() {
+                    if mask.is_some_and(|m| !m[k]) {
+                        continue;
+                    }
+                    let sum = near[..count].iter().map(|&j| block_mags[j as usize]).sum::<u32>() * WINDOW as u32;
+                    spatial.push(match count {
+                        6 => sum / 6,
+                        3 => sum / 3,
+                        c => sum / c as u32,
+                    });
+                }
+                for (piece, near) in block.chunks(BATCH).zip(spatial.chunks(BATCH)) {
+                    let d = &mut d[..piece.len()];
+                    for (r, &s) in d.iter_mut().zip(piece) {
+                        *r = s as i32 - zero as i32;
+                    }
+                    batch.code(&mut enc, d, Some(near));
+                }
+            }
+        }
+    }
     enc
+}
+
+/// What `model_in` carries from part to part: the window's last magnitudes and the sign of the
+/// last nonzero residual, with room for a batch's sums and contexts.
+struct Batch {
+    /// The window's `WINDOW` magnitudes (oldest first), then those of the batch.
+    mags: [u32; WINDOW + BATCH],
+    sums: [u32; BATCH],
+    contexts: [u8; BATCH],
+    prev_negative: bool,
+}
+
+impl Batch {
+    /// Models residuals `d` (at most `BATCH`), in order, whose neighbours' sums in space are
+    /// `spatial` (one each) or, in a run without neighbours, the window's again (as `walk`).
+    #[inline(always)]
+    fn code(&mut self, enc: &mut rans::Encoder, d: &[i32], spatial: Option<&[u32]>) {
+        let n = d.len();
+        for (m, &r) in self.mags[WINDOW..WINDOW + n].iter_mut().zip(d) {
+            *m = r.unsigned_abs().min(CAP);
+        }
+        let sums = &mut self.sums[..n];
+        sums.fill(0);
+        for k in 0..WINDOW {
+            for (sum, &m) in sums.iter_mut().zip(&self.mags[k..k + n]) {
+                *sum += m;
+            }
+        }
+        let contexts = &mut self.contexts[..n];
+        match spatial {
+            None => sums.iter_mut().for_each(|sum| *sum *= 2),
+            Some(spatial) => sums.iter_mut().zip(spatial).for_each(|(sum, &near)| *sum += near),
+        }
+        for (c, &sum) in contexts.iter_mut().zip(sums.iter()) {
+            *c = context(rans::bit_length(sum) as usize, false) as u8;
+        }
+        // In a local and without a branch: the sign of the last nonzero residual is one serial
+        // chain through the batch, and zero and nonzero residuals alternate unpredictably.
+        let mut prev_negative = self.prev_negative;
+        for (c, &r) in contexts.iter_mut().zip(d) {
+            *c |= prev_negative as u8;
+            prev_negative = (prev_negative & (r == 0)) | (r < 0);
+        }
+        self.prev_negative = prev_negative;
+        enc.extend(contexts, d);
+        self.mags.copy_within(n..n + WINDOW, 0);
+    }
 }
 
 /// Decodes the symbols modelled by `model` and coded with `tables`, with the same `layout`,
@@ -537,6 +655,43 @@ mod tests {
         assert!(decode(&bytes, zero, 65536, &start, &other, &mut out).is_err() || out != symbols);
         // A layout of another length is refused before decoding.
         assert!(decode(&bytes, zero, 65536, &start, &layout, &mut out[1..]).is_err());
+    }
+
+    /// `model` and the symbol-by-symbol walk that decoders follow give the same stream.
+    fn models_as_walked(symbols: &[u16], zero: u16, layout: &Layout) {
+        let mut walked = rans::Encoder::with_capacity(symbols.len());
+        walk(layout, &mut Tabled(&mut walked), |i| symbols[i] as i32 - zero as i32, |_| Ok(())).unwrap();
+        let batched = model(symbols, zero, layout);
+        let mut counts = rans::Counts::new(CONTEXTS);
+        walked.count(&mut counts);
+        let tables = counts.tables();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        batched.finish(&tables, &mut a).unwrap();
+        walked.finish(&tables, &mut b).unwrap();
+        assert_eq!(a, b, "{} symbols", symbols.len());
+        assert_eq!(batched.residuals(), walked.residuals());
+    }
+
+    #[test]
+    fn batched_models_match_the_walk() {
+        let zero = 32768u16;
+        // Quiet and busy regions, residuals past the cap, and lengths around the batch size.
+        let mut symbols = regional(9_000, zero, 5);
+        symbols.extend([0u16, 65535, zero, 1, 65534, zero + 4095, zero - 4096, zero + 4096]);
+        for n in [0, 1, 7, BATCH - 1, BATCH, BATCH + 1, 4100, symbols.len()] {
+            models_as_walked(&symbols[..n], zero, &Layout::plain(n));
+        }
+        // Blocks full and partly stored, in 1 to 3 neighbours, between runs.
+        let cells = grid_cells(false);
+        let mask: Vec<bool> = (0..400).map(|k| k % 7 != 3 && k % 11 != 5).collect();
+        for count in [1, 3] {
+            let layout = Layout::blocks(
+                &cells,
+                count,
+                vec![Part::Run(5), Part::Block(None), Part::Block(Some(&mask[..])), Part::Run(BATCH + 37), Part::Block(Some(&mask[..]))],
+            );
+            models_as_walked(&symbols[..layout.symbols()], zero, &layout);
+        }
     }
 
     #[test]
