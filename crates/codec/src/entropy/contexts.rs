@@ -214,9 +214,9 @@ mod tests {
     #[test]
     fn pairs_decode_as_each_alone() {
         let zero = 32768;
-        // Unequal lengths either way round, quiet and busy, and an empty segment.
+        // Unequal lengths either way round, an odd one, quiet and busy, and an empty segment.
         let segments: Vec<Vec<u16>> =
-            [(70_000, 2), (50_000, 300), (0, 1), (90_000, 40)].iter().map(|&(n, s)| noisy(n, s, zero, n as u64)).collect();
+            [(70_000, 2), (50_001, 300), (0, 1), (90_000, 40)].iter().map(|&(n, s)| noisy(n, s, zero, n as u64)).collect();
         let views: Vec<&[u16]> = segments.iter().map(|s| &s[..]).collect();
         let (coder, coded) = ContextCoder::tabled(&views, zero);
         for (i, j) in [(0, 1), (1, 0), (2, 3), (3, 2), (1, 3)] {

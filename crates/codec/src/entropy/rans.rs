@@ -647,8 +647,31 @@ impl<'a> Decoder<'a> {
     /// The next residual, coded in `context`.
     #[inline(always)]
     pub fn residual(&mut self, context: usize) -> Result<i32> {
+        let r = self.residual_at::<0, true>(context);
+        (self.state, self.other) = (self.other, self.state);
+        r
+    }
+
+    /// Makes the extra bits of the next two residuals readable by `residual_at` (56 bits hold
+    /// two tokens' 14 at most).
+    #[inline(always)]
+    pub fn refill(&mut self) -> Result<()> {
+        if self.branchless {
+            self.bits.refill()?;
+        }
+        Ok(())
+    }
+
+    /// The residual that state `S` (0: `state`, 1: `other`) decodes next, coded in `context`;
+    /// with `REFILL`, refilling the extra bits first where the tables read them branchless.
+    /// Decoding pairs of residuals as `residual_at::<0, false>` then `residual_at::<1, false>`
+    /// after a `refill` keeps each state in a field of its own (`residual` swaps them through
+    /// memory); after an even number of residuals, `residual` takes up where they leave off.
+    #[inline(always)]
+    pub fn residual_at<const S: usize, const REFILL: bool>(&mut self, context: usize) -> Result<i32> {
         let Some(Some(table)) = self.tables.get(context) else { return Err(corrupt!("context {context} has no table")) };
-        let x = self.state;
+        let state = if S == 0 { &mut self.state } else { &mut self.other };
+        let x = *state;
         let slot = x & (TOTAL - 1);
         let t = table.slots[slot as usize];
         let (f, s) = Table::split(table.entries[t as usize]);
@@ -659,7 +682,7 @@ impl<'a> Decoder<'a> {
         let w = self.words.get(self.pos..self.pos + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
         let renormalize = x < LOW;
         self.pos += 2 * renormalize as usize;
-        (self.state, self.other) = (self.other, if renormalize { x << 16 | w as u32 } else { x });
+        *state = if renormalize { x << 16 | w as u32 } else { x };
         // Zero residuals, though, are runs in smooth data, where the branch pays.
         if t == 0 {
             return Ok(0);
@@ -670,7 +693,9 @@ impl<'a> Decoder<'a> {
         // Tokens with and without extra bits both common: read as many as the token has, maybe
         // none, rather than branch on which.
         let (base, extra, negative) = self.info[t as usize];
-        self.bits.refill()?;
+        if REFILL {
+            self.bits.refill()?;
+        }
         let m = (base | (self.bits.buf as u32 & ((1u32 << extra) - 1))) as i32;
         self.bits.consume(extra);
         Ok(if negative { -m } else { m })

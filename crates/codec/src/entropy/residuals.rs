@@ -161,6 +161,7 @@ impl<'a> Layout<'a> {
 
 /// Codes the residuals of the symbols `layout` lays out through `coder`, `d(i)` giving the
 /// `i`-th (when encoding); returns each residual coded to `out`.
+#[inline(always)]
 fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32, mut out: impl FnMut(i32) -> Result<()>) -> Result<()> {
     let mut state = State::new();
     let mut i = 0;
@@ -221,11 +222,23 @@ impl State {
     #[inline(always)]
     fn code(&mut self, coder: &mut impl SymbolCoder, spatial: u32, d: i32) -> Result<i32> {
         let r = coder.code(class(self.w.sum + spatial), self.prev_negative, d)?;
+        self.push(r);
+        Ok(r)
+    }
+
+    /// The table-driven coder's context of the next symbol of a run (the window counting twice).
+    #[inline(always)]
+    fn run_context(&self) -> usize {
+        context(class(2 * self.w.sum), self.prev_negative)
+    }
+
+    /// Remembers residual `r`, just coded.
+    #[inline(always)]
+    fn push(&mut self, r: i32) {
         if r != 0 {
             self.prev_negative = r < 0;
         }
         self.w.push(r.unsigned_abs().min(CAP));
-        Ok(r)
     }
 }
 
@@ -537,25 +550,52 @@ impl Batch {
     }
 }
 
-/// Decodes the symbols modelled by `model` and coded with `tables`, with the same `layout`,
-/// into `out` (as many as it lays out); each must be below `alphabet`.
-pub fn decode_tabled(bytes: &[u8], zero: u16, alphabet: usize, tables: &rans::Tables, layout: &Layout, out: &mut [u16]) -> Result<()> {
+crate::cpu::fast_fn!(
+    /// Decodes the symbols modelled by `model` and coded with `tables`, with the same `layout`,
+    /// into `out` (as many as it lays out); each must be below `alphabet`.
+    pub fn decode_tabled(bytes: &[u8], zero: u16, alphabet: usize, tables: &rans::Tables, layout: &Layout, out: &mut [u16]) -> Result<()> => decode_tabled_in
+);
+
+#[inline(always)]
+fn decode_tabled_in(bytes: &[u8], zero: u16, alphabet: usize, tables: &rans::Tables, layout: &Layout, out: &mut [u16]) -> Result<()> {
     check_length(layout, out)?;
     let mut dec = rans::Decoder::new(bytes, tables)?;
     walk(layout, &mut Tabled(&mut dec), |_| 0, into(out, zero, alphabet))?;
     dec.finish()
 }
 
-/// `decode_tabled` of two plain streams (`Layout::plain`) at once, in lockstep: each symbol's
-/// context waits for the symbol before it, so one stream leaves the core idle most of the time,
-/// and a second, independent one fills it. The same symbols as decoding each alone.
-pub fn decode_tabled_pair(streams: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize, tables: &rans::Tables) -> Result<()> {
+crate::cpu::fast_fn!(
+    /// `decode_tabled` of two plain streams (`Layout::plain`) at once, in lockstep: each symbol's
+    /// context waits for the symbol before it, so one stream leaves the core idle most of the time,
+    /// and a second, independent one fills it. The same symbols as decoding each alone.
+    pub fn decode_tabled_pair(streams: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize, tables: &rans::Tables) -> Result<()> => decode_tabled_pair_in
+);
+
+#[inline(always)]
+fn decode_tabled_pair_in(streams: [(&[u8], &mut [u16]); 2], zero: u16, alphabet: usize, tables: &rans::Tables) -> Result<()> {
     let [(a_bytes, a_out), (b_bytes, b_out)] = streams;
     let (na, nb) = (a_out.len(), b_out.len());
     let mut a = (rans::Decoder::new(a_bytes, tables)?, State::new(), into(a_out, zero, alphabet));
     let mut b = (rans::Decoder::new(b_bytes, tables)?, State::new(), into(b_out, zero, alphabet));
+    // Two symbols of each at a time, each stream's states in fields of their own.
+    for _ in 0..na.min(nb) / 2 {
+        a.0.refill()?;
+        b.0.refill()?;
+        let ra = a.0.residual_at::<0, false>(a.1.run_context())?;
+        a.1.push(ra);
+        let rb = b.0.residual_at::<0, false>(b.1.run_context())?;
+        b.1.push(rb);
+        (a.2)(ra)?;
+        (b.2)(rb)?;
+        let ra = a.0.residual_at::<1, false>(a.1.run_context())?;
+        a.1.push(ra);
+        let rb = b.0.residual_at::<1, false>(b.1.run_context())?;
+        b.1.push(rb);
+        (a.2)(ra)?;
+        (b.2)(rb)?;
+    }
     // Without neighbours in space, the window counts twice (as `walk` codes a run).
-    for _ in 0..na.min(nb) {
+    for _ in 0..na.min(nb) % 2 {
         let ra = a.1.code(&mut Tabled(&mut a.0), a.1.w.sum, 0)?;
         let rb = b.1.code(&mut Tabled(&mut b.0), b.1.w.sum, 0)?;
         (a.2)(ra)?;
