@@ -226,10 +226,13 @@ impl State {
         Ok(r)
     }
 
-    /// The table-driven coder's context of the next symbol of a run (the window counting twice).
+    /// The next residual of a run (the window counting twice) from state `S` of `dec`, as
+    /// `rans::Decoder::residual_at` without a refill; remembered.
     #[inline(always)]
-    fn run_context(&self) -> usize {
-        context(class(2 * self.w.sum), self.prev_negative)
+    fn run_residual<const S: usize>(&mut self, dec: &mut rans::Decoder) -> Result<i32> {
+        let r = dec.residual_at::<S, false>(context(class(2 * self.w.sum), self.prev_negative))?;
+        self.push(r);
+        Ok(r)
     }
 
     /// Remembers residual `r`, just coded.
@@ -581,16 +584,10 @@ fn decode_tabled_pair_in(streams: [(&[u8], &mut [u16]); 2], zero: u16, alphabet:
     for _ in 0..na.min(nb) / 2 {
         a.0.refill()?;
         b.0.refill()?;
-        let ra = a.0.residual_at::<0, false>(a.1.run_context())?;
-        a.1.push(ra);
-        let rb = b.0.residual_at::<0, false>(b.1.run_context())?;
-        b.1.push(rb);
+        let (ra, rb) = (a.1.run_residual::<0>(&mut a.0)?, b.1.run_residual::<0>(&mut b.0)?);
         (a.2)(ra)?;
         (b.2)(rb)?;
-        let ra = a.0.residual_at::<1, false>(a.1.run_context())?;
-        a.1.push(ra);
-        let rb = b.0.residual_at::<1, false>(b.1.run_context())?;
-        b.1.push(rb);
+        let (ra, rb) = (a.1.run_residual::<1>(&mut a.0)?, b.1.run_residual::<1>(&mut b.0)?);
         (a.2)(ra)?;
         (b.2)(rb)?;
     }
