@@ -595,10 +595,9 @@ impl Encoder {
             x1 = Coding::step(coding(c[1], t[1])?, x1, &mut words, &mut kept);
             x0 = Coding::step(coding(c[0], t[0])?, x0, &mut words, &mut kept);
         }
-        let states = [x0, x1];
         let mut rans = Vec::with_capacity(8 + 2 * kept);
-        rans.extend_from_slice(&states[0].to_le_bytes());
-        rans.extend_from_slice(&states[1].to_le_bytes());
+        rans.extend_from_slice(&x0.to_le_bytes());
+        rans.extend_from_slice(&x1.to_le_bytes());
         for w in words[..kept].iter().rev() {
             rans.extend_from_slice(&w.to_le_bytes());
         }

@@ -186,16 +186,7 @@ fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32,
                         mags[k] = 0;
                         continue;
                     }
-                    // The neighbours' sum in the window's units: 8 magnitudes' worth.
-                    let sum = near[..count].iter().map(|&j| mags[j as usize]).sum::<u32>() * WINDOW as u32;
-                    // The counts blocks have (1, 3 or 6 neighbours in 1 to 3 dimensions) as
-                    // constants, which the compiler divides by with a multiplication.
-                    let spatial = match count {
-                        6 => sum / 6,
-                        3 => sum / 3,
-                        c => sum / c as u32,
-                    };
-                    let r = state.code(coder, spatial, d(i))?;
+                    let r = state.code(coder, spatial(near, count, &mags), d(i))?;
                     out(r)?;
                     mags[k] = r.unsigned_abs().min(CAP);
                     i += 1;
@@ -204,6 +195,20 @@ fn walk(layout: &Layout, coder: &mut impl SymbolCoder, d: impl Fn(usize) -> i32,
         }
     }
     Ok(())
+}
+
+/// The magnitudes `mags` of a cell's first `count` neighbours `near`, summed in the window's
+/// units (8 magnitudes' worth).
+#[inline(always)]
+fn spatial(near: &[u32; NEIGHBOURS], count: usize, mags: &[u32]) -> u32 {
+    let sum = near[..count].iter().map(|&j| mags[j as usize]).sum::<u32>() * WINDOW as u32;
+    // The counts blocks have (1, 3 or 6 neighbours in 1 to 3 dimensions) as constants, which
+    // the compiler divides by with a multiplication.
+    match count {
+        6 => sum / 6,
+        3 => sum / 3,
+        c => sum / c as u32,
+    }
 }
 
 /// What the contexts remember of the residuals coded so far.
@@ -451,12 +456,12 @@ const BATCH: usize = 2048;
 #[inline(always)]
 fn model_in(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
     let mut enc = rans::Encoder::with_capacity(symbols.len());
-    let mut batch = Batch { mags: [0; WINDOW + BATCH], sums: [0; BATCH], contexts: [0; BATCH], prev_negative: false };
+    let mut batch = Batch { d: [0; BATCH], mags: [0; WINDOW + BATCH], sums: [0; BATCH], contexts: [0; BATCH], prev_negative: false };
     let (cells, count) = (layout.cells, layout.count as usize);
     // Per cell of the block shape its magnitude (0 where not stored), and a 0 past the end for
     // neighbours past the block's faces, as in `walk`.
     let mut block_mags = vec![0u32; cells.len() + 1];
-    let (mut d, mut spatial) = ([0i32; BATCH], Vec::new());
+    let mut near_sums = Vec::new();
     let mut rest = symbols;
     for part in &layout.parts {
         match *part {
@@ -464,11 +469,7 @@ fn model_in(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
                 let (run, after) = rest.split_at(len);
                 rest = after;
                 for piece in run.chunks(BATCH) {
-                    let d = &mut d[..piece.len()];
-                    for (r, &s) in d.iter_mut().zip(piece) {
-                        *r = s as i32 - zero as i32;
-                    }
-                    batch.code(&mut enc, d, None);
+                    batch.code(&mut enc, piece, zero, None);
                 }
             }
             Part::Block(mask) => {
@@ -481,24 +482,11 @@ fn model_in(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
                 }
                 let (block, after) = rest.split_at(rest.len() - stored.len());
                 rest = after;
-                spatial.clear();
-                for (k, near) in cells.iter().enumerate() {
-                    if mask.is_some_and(|m| !m[k]) {
-                        continue;
-                    }
-                    let sum = near[..count].iter().map(|&j| block_mags[j as usize]).sum::<u32>() * WINDOW as u32;
-                    spatial.push(match count {
-                        6 => sum / 6,
-                        3 => sum / 3,
-                        c => sum / c as u32,
-                    });
-                }
-                for (piece, near) in block.chunks(BATCH).zip(spatial.chunks(BATCH)) {
-                    let d = &mut d[..piece.len()];
-                    for (r, &s) in d.iter_mut().zip(piece) {
-                        *r = s as i32 - zero as i32;
-                    }
-                    batch.code(&mut enc, d, Some(near));
+                near_sums.clear();
+                let walked = cells.iter().enumerate().filter(|&(k, _)| mask.is_none_or(|m| m[k]));
+                near_sums.extend(walked.map(|(_, near)| spatial(near, count, &block_mags)));
+                for (piece, near) in block.chunks(BATCH).zip(near_sums.chunks(BATCH)) {
+                    batch.code(&mut enc, piece, zero, Some(near));
                 }
             }
         }
@@ -509,6 +497,7 @@ fn model_in(symbols: &[u16], zero: u16, layout: &Layout) -> rans::Encoder {
 /// What `model_in` carries from part to part: the window's last magnitudes and the sign of the
 /// last nonzero residual, with room for a batch's sums and contexts.
 struct Batch {
+    d: [i32; BATCH],
     /// The window's `WINDOW` magnitudes (oldest first), then those of the batch.
     mags: [u32; WINDOW + BATCH],
     sums: [u32; BATCH],
@@ -517,11 +506,16 @@ struct Batch {
 }
 
 impl Batch {
-    /// Models residuals `d` (at most `BATCH`), in order, whose neighbours' sums in space are
-    /// `spatial` (one each) or, in a run without neighbours, the window's again (as `walk`).
+    /// Models `symbols` (at most `BATCH`; residual 0 at `zero`), in order, whose neighbours'
+    /// sums in space are `spatial` (one each) or, in a run without neighbours, the window's
+    /// again (as `walk`).
     #[inline(always)]
-    fn code(&mut self, enc: &mut rans::Encoder, d: &[i32], spatial: Option<&[u32]>) {
-        let n = d.len();
+    fn code(&mut self, enc: &mut rans::Encoder, symbols: &[u16], zero: u16, spatial: Option<&[u32]>) {
+        let n = symbols.len();
+        for (r, &s) in self.d.iter_mut().zip(symbols) {
+            *r = s as i32 - zero as i32;
+        }
+        let d = &self.d[..n];
         for (m, &r) in self.mags[WINDOW..WINDOW + n].iter_mut().zip(d) {
             *m = r.unsigned_abs().min(CAP);
         }
