@@ -485,42 +485,36 @@ fn walk_in<T: Element, V: Visit<T>, const N: usize>(
 ) -> [Vec<T>; N] {
     let Walker { shape, ps, classes, lorenzo, reduced, prefer, len } = walker;
     let len = *len;
-    let far = &classes[classes.len() - 1];
     let every_class = u32::MAX >> (32 - classes.len());
     let nd = shape.len();
     let n = shape[nd - 1];
     let total: usize = shape.iter().product();
     let mut outs: [Vec<T>; N] = std::array::from_fn(|_| Vec::with_capacity(total));
-    // The far stencil's last two offsets are the row's own two points before; the others lie in
-    // earlier rows, so their terms can be summed for a whole row at once (vectorized), in the
-    // same order as point by point: then only the last two terms wait for the row's own points.
-    let earlier = far.back.len() - 2;
-    let mut partial = vec![[0.0f64; N]; n];
+    // Per lane, the row's terms from earlier rows (lane-major, so each lane's sums vectorize).
+    let mut terms = vec![0.0f64; N * n];
     let mut k0 = 0;
     for_each_index(&shape[..nd - 1], |outer| {
         let base: usize = outer.iter().zip(ps.iter()).map(|(&p, &s)| (p + PAD) * s).sum::<usize>() + PAD;
-        let inner = outer.iter().copied().min().unwrap_or(usize::MAX);
         // The class digits of the row's slower dimensions; the last one follows x.
         let row_class = class_index(outer.iter().copied()) * 3;
-        let whole_row: [bool; N] = std::array::from_fn(|l| lanes[l].present.is_none() && inner >= 2 && n > 2);
+        // From x = 2 on, a row's points share one class, which reaches two cells back along x:
+        // its last two offsets are the row's own two points before, the others lie in earlier
+        // rows. Those terms are summed for the whole row at once (vectorized), in the same order
+        // as point by point, so only the last two wait for the row's own points. On a block's
+        // lower faces (over half the points of an 8^3 block) the class is smaller, not absent.
+        let row = &classes[row_class + 2];
+        let earlier = row.back.len() - 2;
+        let whole_row: [bool; N] = std::array::from_fn(|l| lanes[l].present.is_none() && n > 2);
         for l in (0..N).filter(|&l| whole_row[l]) {
-            let buf = &bufs[l * len..(l + 1) * len];
-            for p in &mut partial[2..] {
-                p[l] = 0.0;
-            }
-            for (&o, &w) in far.back[..earlier].iter().zip(&far.weights) {
-                for (p, x) in partial[2..].iter_mut().zip(&buf[base + 2 - o..base + n - o]) {
-                    p[l] += w * x.to_f64();
-                }
-            }
+            row_sums(&mut terms[l * n + 2..(l + 1) * n], &bufs[l * len..(l + 1) * len], base + 2, &row.back[..earlier], &row.weights);
         }
-        for (x, terms) in partial.iter().enumerate() {
+        for x in 0..n {
             let k = k0 + x;
             for (l, lane) in lanes.iter_mut().enumerate() {
                 let (buf, stored, full) = (&mut bufs[l * len..(l + 1) * len], lane_part(stored, l, len), lane_part(full, l, len));
                 let i = base + x;
                 let pred = if whole_row[l] && x >= 2 {
-                    terms[l] + far.weights[earlier] * buf[i - 2].to_f64() + far.weights[earlier + 1] * buf[i - 1].to_f64()
+                    terms[l * n + x] + row.weights[earlier] * buf[i - 2].to_f64() + row.weights[earlier + 1] * buf[i - 1].to_f64()
                 } else if lane.present.is_some_and(|m| !m[k]) {
                     absent_fill(buf, i, ps, outer, x)
                 } else if by_stored && lane.present.is_some() {
@@ -559,6 +553,23 @@ fn walk_in<T: Element, V: Visit<T>, const N: usize>(
         k0 += n;
     });
     outs
+}
+
+crate::cpu::fast_fn!(
+    /// `sums[j]`: the sum of `weights[t] * buf[start + j - back[t]]` over the terms `t`, from 0.0
+    /// in order, as `Stencil::predict` sums one point's (the weights beyond `back` unused).
+    fn row_sums<T: Element>(sums: &mut [f64], buf: &[T], start: usize, back: &[usize], weights: &[f64]) -> () => row_sums_in
+);
+
+#[inline(always)]
+fn row_sums_in<T: Element>(sums: &mut [f64], buf: &[T], start: usize, back: &[usize], weights: &[f64]) {
+    let n = sums.len();
+    sums.fill(0.0);
+    for (&o, &w) in back.iter().zip(weights) {
+        for (p, x) in sums.iter_mut().zip(&buf[start - o..start - o + n]) {
+            *p += w * x.to_f64();
+        }
+    }
 }
 
 /// Lane `l`'s part of a buffer of `N` lanes of `len` each, or the buffer itself when empty.
