@@ -187,8 +187,7 @@ fn compress_prepared<T: Element>(prepared: Prepared<T>, config: &Config) -> Resu
     let codebook = Codebook::of(&prepared.histogram);
     let mut table = Vec::new();
     codebook.write(&mut table);
-    let huffman = prepared.finish(config, &codebook, CodebookSource::Inline, table)?;
-    prepared.or_in_context(config, huffman)
+    prepared.or_in_context(config, Some(&codebook), || prepared.finish(config, &codebook, CodebookSource::Inline, table))
 }
 
 /// Streams of more than one segment take the context coding only where it is at least this
@@ -198,6 +197,15 @@ fn compress_prepared<T: Element>(prepared: Prepared<T>, config: &Config) -> Resu
 /// climate field's 3% at 1e-2, which takes ratio mode past SZ3's best ratio there (0.98x with
 /// Huffman codes). The turbulent field gains under 1% and keeps Huffman codes.
 const LARGE_CONTEXT_GAIN: f64 = 0.98;
+/// How much more the lossless stage may shrink a whole stream of Huffman codes than it shrinks
+/// the slices `Prepared::huffman_floor` tries: the floor's margin.
+const PACK_MARGIN: f64 = 1.05;
+/// Slices of the stream, of this many symbols each, whose Huffman codes
+/// `Prepared::huffman_floor` passes through zstd, and the most zstd may take off them for the
+/// floor to be made.
+const FLOOR_SLICES: usize = 16;
+const FLOOR_SLICE: usize = 1 << 13;
+const DENSE_GAIN: f64 = 1.25;
 /// Symbols per block of the sample that estimates a larger stream's size in context.
 const SAMPLE_BLOCK: usize = 1 << 10;
 /// Blocks drawn for that sample: 2^18 symbols, a 64th of a 256^3 field, for estimates within
@@ -267,21 +275,79 @@ impl<T: Element> Prepared<T> {
         Ok(self.write(config, source, stored, raws, |frame| frames::packed_frame(config.preset, frame)))
     }
 
-    /// `coded` (this array's stream with Huffman codes), or in ratio mode the stream coded in
+    /// `coded()` (this array's stream with Huffman codes), or in ratio mode the stream coded in
     /// context if that is smaller (by `LARGE_CONTEXT_GAIN` beyond one segment, where an estimate
     /// from a sample must first promise it: coding a stream in context costs about as much as
-    /// predicting it, the estimate a twentieth of that).
-    pub(crate) fn or_in_context(&self, config: &Config, coded: Vec<u8>) -> Result<Vec<u8>> {
+    /// predicting it, the estimate a twentieth of that). With the `codebook` of `coded()`, where
+    /// its codes give a floor the stream cannot come in under (`huffman_floor`), that stream is
+    /// made only where the one in context does not come in clearly under the floor: the same
+    /// choice, without coding the stream that loses (a sixth of a large stream's compression).
+    pub(crate) fn or_in_context(
+        &self,
+        config: &Config,
+        codebook: Option<&Codebook>,
+        coded: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
         if config.preset != Preset::Ratio {
-            return Ok(coded);
+            return coded();
         }
         let segments = self.segments();
-        let gain = if segments.len() > 1 { LARGE_CONTEXT_GAIN } else { 1.0 };
-        if segments.len() > 1 && ContextCoder::estimate(&self.sample(&segments), self.zero()) >= gain * coded.len() as f64 {
-            return Ok(coded);
+        if segments.len() <= 1 {
+            let (coded, in_context) = (coded()?, self.finish_in_context(config)?);
+            return Ok(if in_context.len() < coded.len() { in_context } else { coded });
         }
-        let in_context = self.finish_in_context(config)?;
+        let gain = LARGE_CONTEXT_GAIN;
+        let estimate = ContextCoder::estimate(&self.sample(&segments), self.zero());
+        let (coded, in_context) = match codebook.and_then(|c| self.huffman_floor(c)) {
+            // Promising against the floor is promising against the stream (`floor <= coded.len()`).
+            Some(floor) if estimate < gain * floor => {
+                let in_context = self.finish_in_context(config)?;
+                if (in_context.len() as f64) < gain * floor {
+                    return Ok(in_context);
+                }
+                (coded()?, in_context)
+            }
+            _ => {
+                let coded = coded()?;
+                if estimate >= gain * coded.len() as f64 {
+                    return Ok(coded);
+                }
+                let in_context = self.finish_in_context(config)?;
+                (coded, in_context)
+            }
+        };
         Ok(if (in_context.len() as f64) < gain * coded.len() as f64 { in_context } else { coded })
+    }
+
+    /// Bytes under which the stream with `codebook`'s Huffman codes does not come, for streams
+    /// of dense codes: their bits, less what zstd (level 1, the lossless stage's trial) takes off
+    /// `FLOOR_SLICES` slices of them spread over the stream, with `PACK_MARGIN` to spare. `None`
+    /// where zstd takes more than `DENSE_GAIN` off the slices (long runs of one code, whose
+    /// share of the stream slices do not tell well) or some symbol has no code.
+    fn huffman_floor(&self, codebook: &Codebook) -> Option<f64> {
+        let bits = codebook.encoded_bits(self.dense_histogram())?;
+        let segments = self.segments();
+        let total: usize = segments.iter().map(|s| s.len()).sum();
+        let (mut codes, mut packed) = (0usize, 0usize);
+        let mut slice = Vec::new();
+        for k in 0..FLOOR_SLICES {
+            // The slice starting at the k-th of FLOOR_SLICES equal steps through the stream.
+            let mut at = total * k / FLOOR_SLICES;
+            let mut within = segments.iter().skip_while(|s| {
+                let past = at >= s.len();
+                if past {
+                    at -= s.len();
+                }
+                past
+            });
+            let segment = within.next()?;
+            slice.clear();
+            codebook.encode(&segment[at..segment.len().min(at + FLOOR_SLICE)], &mut slice).ok()?;
+            codes += slice.len();
+            packed += frames::zstd_compress(&slice, 1).len().min(slice.len());
+        }
+        let gain = codes as f64 / packed.max(1) as f64;
+        (gain <= DENSE_GAIN).then(|| bits as f64 / 8.0 / gain / PACK_MARGIN)
     }
 
     /// About `SAMPLE_BLOCKS` blocks of `segments` to estimate their size in context from, each
@@ -624,4 +690,57 @@ pub fn decode_stream<T: Element>(s: Stream<'_>, previous: Option<&Arc<Codebook>>
         Ok::<(), CodecError>(())
     })?;
     Ok((out, h.shape.clone(), codebook))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 1-D field of `n` values whose noise switches between a quiet and a busy amplitude every
+    /// `period` values (`quiet == busy`: one amplitude throughout).
+    fn switching(n: usize, period: usize, quiet: f64, busy: f64, seed: u64) -> Vec<f64> {
+        let mut next = crate::test_rng::xorshift(seed);
+        (0..n)
+            .map(|i| {
+                let u = (next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                (i as f64 * 1e-4).sin() + u * if (i / period).is_multiple_of(3) { busy } else { quiet }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_huffman_floor_lies_under_the_huffman_stream_and_keeps_the_choice() {
+        let n = 3 << 20;
+        let (mut floored, mut skipped) = (0, 0);
+        for (data, rel) in [
+            (switching(n, 4096, 5e-5, 0.05, 3), 1e-5),
+            (switching(n, 4096, 5e-5, 0.05, 4), 1e-6),
+            (switching(n, 1, 1.0, 1.0, 5), 1e-3),
+            (switching(n, 1 << 16, 1e-3, 1.0, 6), 1e-4),
+            (switching(n, 256, 0.0, 1e-3, 7), 1e-3),
+        ] {
+            let config = Config::new(ErrorBound::Relative(rel));
+            let eb = absolute_bound(&data, config.bound, None).unwrap();
+            let prepared = prepare(&data, &[n], &config, eb, Some(Predictor::Lorenzo), None, None);
+            let codebook = Codebook::of(&prepared.histogram);
+            let mut table = Vec::new();
+            codebook.write(&mut table);
+            let huffman = prepared.finish(&config, &codebook, CodebookSource::Inline, table).unwrap();
+            if let Some(floor) = prepared.huffman_floor(&codebook) {
+                assert!(floor <= huffman.len() as f64, "floor {floor} over the stream's {} bytes at {rel}", huffman.len());
+                floored += 1;
+            }
+            let made = std::cell::Cell::new(false);
+            let with = prepared
+                .or_in_context(&config, Some(&codebook), || {
+                    made.set(true);
+                    Ok(huffman.clone())
+                })
+                .unwrap();
+            skipped += !made.get() as usize;
+            assert_eq!(with, prepared.or_in_context(&config, None, || Ok(huffman.clone())).unwrap(), "at {rel}");
+        }
+        // Dense cases made the floor, and at least one was decided without the Huffman stream.
+        assert!(floored >= 3 && skipped >= 1, "{floored} floors, {skipped} streams not made");
+    }
 }

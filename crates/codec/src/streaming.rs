@@ -247,7 +247,7 @@ impl StreamEncoder {
             Decision::Rebuild => self.rebuild(&prepared, current_spread)?,
             Decision::StartOver => self.start_over(&prepared, current_spread)?,
         };
-        let record = if self.standalone { prepared.or_in_context(&self.config, record)? } else { record };
+        let record = if self.standalone { prepared.or_in_context(&self.config, None, || Ok(record))? } else { record };
         if let Some(c) = self.current.as_mut() {
             c.predictor = prepared.predictor;
             c.unprobed = if decision == Decision::StartOver { 0 } else { c.unprobed + data.len() as u64 };
