@@ -298,7 +298,7 @@ impl<T: Element> Prepared<T> {
         }
         let gain = LARGE_CONTEXT_GAIN;
         let estimate = ContextCoder::estimate(&self.sample(&segments), self.zero());
-        let (coded, in_context) = match codebook.and_then(|c| self.huffman_floor(c)) {
+        let (coded, in_context) = match codebook.and_then(|c| self.huffman_floor(c, &segments)) {
             // Promising against the floor is promising against the stream (`floor <= coded.len()`).
             Some(floor) if estimate < gain * floor => {
                 let in_context = self.finish_in_context(config)?;
@@ -319,28 +319,27 @@ impl<T: Element> Prepared<T> {
         Ok(if (in_context.len() as f64) < gain * coded.len() as f64 { in_context } else { coded })
     }
 
-    /// Bytes under which the stream with `codebook`'s Huffman codes does not come, for streams
-    /// of dense codes: their bits, less what zstd (level 1, the lossless stage's trial) takes off
-    /// `FLOOR_SLICES` slices of them spread over the stream, with `PACK_MARGIN` to spare. `None`
-    /// where zstd takes more than `DENSE_GAIN` off the slices (long runs of one code, whose
-    /// share of the stream slices do not tell well) or some symbol has no code.
-    fn huffman_floor(&self, codebook: &Codebook) -> Option<f64> {
+    /// Bytes under which the stream with `codebook`'s Huffman codes of `segments` (the chunks'
+    /// symbols) does not come, for streams of dense codes: their bits, less what zstd (level 1,
+    /// the lossless stage's trial) takes off `FLOOR_SLICES` slices of them spread over the
+    /// stream, with `PACK_MARGIN` to spare. `None` where zstd takes more than `DENSE_GAIN` off
+    /// the slices (long runs of one code, whose share of the stream slices do not tell well) or
+    /// some symbol has no code.
+    fn huffman_floor(&self, codebook: &Codebook, segments: &[&[u16]]) -> Option<f64> {
         let bits = codebook.encoded_bits(self.dense_histogram())?;
-        let segments = self.segments();
         let total: usize = segments.iter().map(|s| s.len()).sum();
         let (mut codes, mut packed) = (0usize, 0usize);
         let mut slice = Vec::new();
         for k in 0..FLOOR_SLICES {
             // The slice starting at the k-th of FLOOR_SLICES equal steps through the stream.
             let mut at = total * k / FLOOR_SLICES;
-            let mut within = segments.iter().skip_while(|s| {
-                let past = at >= s.len();
-                if past {
+            let segment = segments.iter().find(|s| {
+                let here = at < s.len();
+                if !here {
                     at -= s.len();
                 }
-                past
-            });
-            let segment = within.next()?;
+                here
+            })?;
             slice.clear();
             codebook.encode(&segment[at..segment.len().min(at + FLOOR_SLICE)], &mut slice).ok()?;
             codes += slice.len();
@@ -726,7 +725,7 @@ mod tests {
             let mut table = Vec::new();
             codebook.write(&mut table);
             let huffman = prepared.finish(&config, &codebook, CodebookSource::Inline, table).unwrap();
-            if let Some(floor) = prepared.huffman_floor(&codebook) {
+            if let Some(floor) = prepared.huffman_floor(&codebook, &prepared.segments()) {
                 assert!(floor <= huffman.len() as f64, "floor {floor} over the stream's {} bytes at {rel}", huffman.len());
                 floored += 1;
             }
