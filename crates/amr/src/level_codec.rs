@@ -466,11 +466,10 @@ pub fn decode_chunk<T: Element>(idx: &[i64], bytes: &[u8], tables: &SharedTables
     if idx.len() != tiling.ndim() {
         return Err(invalid(format!("chunk index {idx:?} is not {}-dimensional", tiling.ndim())));
     }
-    let lo: Vec<i64> = (0..idx.len()).map(|d| tiling.origin[d] + idx[d] * tiling.chunk[d] as i64).collect();
-    let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
+    let cells = tiling.chunk_box(idx);
     let blocks = decode_blocks(idx, bytes, tables, tiling, eb)?;
     let mut out = vec![T::from_f64(f64::NAN); tiling.chunk.iter().product()];
-    scatter(&blocks, idx, tiling, &lo, &hi, &mut out);
+    scatter(&blocks, idx, tiling, &cells.lo, &cells.hi, &mut out);
     Ok(out)
 }
 

@@ -4,6 +4,7 @@
 //! covered by the next level) are left out through the block's mask, and blocks with no stored
 //! cell do not exist.
 
+use crate::IBox;
 use amrzip_codec::blockset::{Block, BlockInfo};
 use amrzip_codec::{for_each_index, strides, Element};
 use std::collections::BTreeMap;
@@ -101,6 +102,13 @@ impl Tiling {
     /// Number of block positions in a chunk.
     pub fn block_count(&self) -> u64 {
         self.blocks_per_chunk().iter().map(|&n| n as u64).product()
+    }
+
+    /// The cells of chunk `chunk`.
+    pub fn chunk_box(&self, chunk: &[i64]) -> IBox {
+        let lo: Vec<i64> = (0..chunk.len()).map(|d| self.origin[d] + chunk[d] * self.chunk[d] as i64).collect();
+        let hi = lo.iter().zip(&self.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
+        IBox::new(lo, hi)
     }
 
     /// Lattice index of the unit block holding `cell` along dimension `d`.
@@ -339,7 +347,7 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
 }
 
 /// Dimensions a tiling may have.
-const MAX_DIM: usize = 4;
+pub const MAX_DIM: usize = 4;
 
 /// Offset of cell `cell` in an array starting at cell `from` with `strides` (over `from`'s
 /// dimensions).
@@ -396,6 +404,13 @@ impl<T> Piece<'_, T> {
     }
 }
 
+/// Copies the first `N` values of `src` to the start of `dst`.
+#[inline(always)]
+fn copy_row<T: Copy, const N: usize>(src: &[T], dst: &mut [T]) {
+    let src: &[T; N] = src[..N].try_into().expect("N values");
+    dst[..N].copy_from_slice(src);
+}
+
 /// Writes the stored cells of `blocks` (those of `chunk`) that fall in `region_lo..=region_hi`
 /// into `out`, a C-order array over the region. Returns how many cells were written.
 pub fn scatter<T: Element>(
@@ -431,22 +446,23 @@ pub fn scatter<T: Element>(
         };
         // Rows along the last dimension, contiguous in the block and in `out`.
         let row = extent[nd - 1];
-        piece.rows(|src, dst, _| {
-            let (values, out) = (&piece.data[src..src + row], &mut out[dst..dst + row]);
-            match &b.mask {
-                None => {
-                    out.copy_from_slice(values);
-                    written += row;
+        match &b.mask {
+            // Rows of 8 (the usual unit edge) copied at a fixed length: a copy of a length
+            // known only at run time is a call to memcpy per row.
+            None if row == 8 => piece.rows(|src, dst, _| copy_row::<T, 8>(&piece.data[src..], &mut out[dst..])),
+            None => piece.rows(|src, dst, _| out[dst..dst + row].copy_from_slice(&piece.data[src..src + row])),
+            Some(m) => piece.rows(|src, dst, _| {
+                // Branch-free, so that it vectorizes.
+                let (values, out) = (&piece.data[src..src + row], &mut out[dst..dst + row]);
+                for ((o, &v), &keep) in out.iter_mut().zip(values).zip(&m[src..src + row]) {
+                    *o = if keep { v } else { *o };
+                    written += keep as usize;
                 }
-                Some(m) => {
-                    // Branch-free, so that it vectorizes.
-                    for ((o, &v), &keep) in out.iter_mut().zip(values).zip(&m[src..src + row]) {
-                        *o = if keep { v } else { *o };
-                        written += keep as usize;
-                    }
-                }
-            }
-        });
+            }),
+        }
+        if b.mask.is_none() {
+            written += extent.iter().product::<usize>();
+        }
     }
     written
 }

@@ -5,6 +5,7 @@
 
 use crate::metadata::SnapshotMeta;
 use amrzip_amr::boxes::{for_each_cell, BoxIndex, Coverage};
+use amrzip_amr::unit_blocks::MAX_DIM;
 use amrzip_amr::{IBox, Tiling};
 use amrzip_codec::blockset::Block;
 use amrzip_codec::for_each_row;
@@ -69,21 +70,11 @@ impl LevelGeometry {
     pub fn chunk_mask(&self, tiling: &Tiling, index: &[i64]) -> Option<Vec<bool>> {
         let buckets = self.buckets(&tiling.chunk);
         let ids = buckets.boxes.get(index)?;
-        let lo: Vec<i64> = (0..index.len()).map(|d| tiling.origin[d] + index[d] * tiling.chunk[d] as i64).collect();
-        let hi: Vec<i64> = lo.iter().zip(&tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
-        let region = IBox::new(lo, hi);
+        let region = tiling.chunk_box(index);
         let mut mask = vec![false; tiling.chunk.iter().product()];
-        let mut paint = |list: &[IBox], ids: &[u32], value: bool| {
-            for &i in ids {
-                if let Some(part) = list[i as usize].intersect(&region) {
-                    let origin = part.lo.iter().zip(&region.lo).map(|(&p, &r)| (p - r) as usize).collect();
-                    for_each_row(&tiling.chunk, &ChunkBox { origin, shape: part.shape() }, |o, _, n| mask[o..o + n].fill(value));
-                }
-            }
-        };
-        paint(self.boxes.boxes(), ids, true);
+        paint(&mut mask, &region, self.boxes.boxes(), ids, true);
         if let Some(ids) = buckets.covered.get(index) {
-            paint(self.coverage.boxes(), ids, false);
+            paint(&mut mask, &region, self.coverage.boxes(), ids, false);
         }
         mask.contains(&true).then_some(mask)
     }
@@ -91,12 +82,13 @@ impl LevelGeometry {
     /// Checks decoded `blocks` of chunk `index` against the stored cells: the same unit blocks,
     /// each with the same cells. Returns what differs.
     pub fn check_blocks<T>(&self, tiling: &Tiling, index: &[i64], blocks: &[Block<T>]) -> Result<(), String> {
-        let mask = self.chunk_mask(tiling, index).unwrap_or_default();
+        let buckets = self.buckets(&tiling.chunk);
+        let ids = buckets.boxes.get(index).map_or(&[][..], Vec::as_slice);
+        let covers = buckets.covered.get(index).map_or(&[][..], Vec::as_slice);
         let per = tiling.blocks_per_chunk();
-        let nd = per.len();
         let positions: usize = per.iter().product();
         // The decoded block at each position; positions must rise, as encoders write them.
-        let mut at: Vec<Option<&Block<T>>> = vec![None; if mask.is_empty() { 0 } else { positions }];
+        let mut at: Vec<Option<&Block<T>>> = vec![None; if ids.is_empty() { 0 } else { positions }];
         let mut previous = None;
         for b in blocks {
             let p = usize::try_from(b.position).ok().filter(|&p| p < at.len() && previous.is_none_or(|q| q < p));
@@ -106,35 +98,47 @@ impl LevelGeometry {
             at[p] = Some(b);
             previous = Some(p);
         }
-        if mask.is_empty() {
+        if ids.is_empty() {
             return Ok(());
         }
-        // Offsets in the chunk of a block's rows along the last dimension (C order), from its
-        // first cell, found once; and of each block's first cell. Plain sums: this runs on every
-        // chunk read.
-        let stride = amrzip_codec::strides(&tiling.chunk);
-        let row = tiling.unit[nd - 1];
-        let mut rows = Vec::new();
-        for_each_row(&tiling.chunk, &ChunkBox { origin: vec![0; nd], shape: tiling.unit.clone() }, |o, _, _| rows.push(o));
+        // Block by block: one that no box meets stores nothing; one inside a box that no finer
+        // box meets stores every cell; only the others are painted cell by cell (a mask of the
+        // whole chunk, painted and counted row by row, was 14% of a `speed` read).
+        let (boxes, covered) = (self.boxes.boxes(), self.coverage.boxes());
+        let nd = per.len();
+        let mut cells = vec![false; tiling.unit.iter().product()];
         let mut position = 0;
         let mut found = None;
         amrzip_codec::for_each_index(&per, |b| {
             if found.is_some() {
                 return;
             }
-            let first: usize = b.iter().zip(&tiling.unit).zip(&stride).map(|((&i, &u), &s)| i * u * s).sum();
-            let decoded = at[position];
-            let (mut stored, mut same) = (false, true);
-            for (k, &r) in rows.iter().enumerate() {
-                let cells = &mask[first + r..first + r + row];
-                // One counting pass (it vectorizes; `contains` and `all` went byte by byte).
-                let count: usize = cells.iter().map(|&c| c as usize).sum();
-                stored |= count > 0;
-                same &= match decoded.and_then(|d| d.mask.as_ref()) {
-                    None => count == row,
-                    Some(m) => m.get(k * row..(k + 1) * row) == Some(cells),
-                };
+            let (mut lo, mut hi) = ([0i64; MAX_DIM], [0i64; MAX_DIM]);
+            for d in 0..nd {
+                lo[d] = tiling.origin[d] + (index[d] * per[d] as i64 + b[d] as i64) * tiling.unit[d] as i64;
+                hi[d] = lo[d] + tiling.unit[d] as i64 - 1;
             }
+            let (lo, hi) = (&lo[..nd], &hi[..nd]);
+            let decoded = at[position];
+            let meets = |list: &[IBox], ids: &[u32]| ids.iter().any(|&i| meet(&list[i as usize], lo, hi));
+            let (stored, same) = if !meets(boxes, ids) {
+                (false, true)
+            } else if decoded.is_none_or(|d| d.mask.is_none())
+                && ids.iter().any(|&i| (0..nd).all(|d| boxes[i as usize].lo[d] <= lo[d] && hi[d] <= boxes[i as usize].hi[d]))
+                && !meets(covered, covers)
+            {
+                (true, true)
+            } else {
+                let block = IBox::new(lo.to_vec(), hi.to_vec());
+                cells.fill(false);
+                paint(&mut cells, &block, boxes, ids, true);
+                paint(&mut cells, &block, covered, covers, false);
+                let same = match decoded.and_then(|d| d.mask.as_ref()) {
+                    None => !cells.contains(&false),
+                    Some(m) => m.get(..cells.len()) == Some(&cells[..]),
+                };
+                (cells.contains(&true), same)
+            };
             found = match (stored, decoded) {
                 (true, None) => Some(format!("has no unit block at position {position}, where the boxes store cells")),
                 (false, Some(_)) => Some(format!("holds a unit block at position {position}, where the boxes store no cell")),
@@ -146,6 +150,22 @@ impl LevelGeometry {
             position += 1;
         });
         found.map_or(Ok(()), Err)
+    }
+}
+
+/// Whether box `a` shares a cell with the box from `lo` to `hi` (without making their intersection).
+fn meet(a: &IBox, lo: &[i64], hi: &[i64]) -> bool {
+    (0..lo.len()).all(|d| a.lo[d].max(lo[d]) <= a.hi[d].min(hi[d]))
+}
+
+/// Sets to `value` the cells of `block` (C order) that boxes `ids` of `list` hold.
+fn paint(cells: &mut [bool], block: &IBox, list: &[IBox], ids: &[u32], value: bool) {
+    let shape = block.shape();
+    for &i in ids.iter().filter(|&&i| meet(&list[i as usize], &block.lo, &block.hi)) {
+        if let Some(part) = list[i as usize].intersect(block) {
+            let origin = part.lo.iter().zip(&block.lo).map(|(&p, &r)| (p - r) as usize).collect();
+            for_each_row(&shape, &ChunkBox { origin, shape: part.shape() }, |o, _, n| cells[o..o + n].fill(value));
+        }
     }
 }
 

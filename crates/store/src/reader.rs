@@ -481,10 +481,9 @@ impl Snapshot {
                 .zip(blocks)
                 .map(|(idx, blocks)| -> Result<Option<Vec<T>>> {
                     let Some(blocks) = blocks else { return Ok(None) };
-                    let lo: Vec<i64> = (0..idx.len()).map(|d| a.tiling.origin[d] + idx[d] * a.tiling.chunk[d] as i64).collect();
-                    let hi: Vec<i64> = lo.iter().zip(&a.tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
+                    let cells = a.tiling.chunk_box(idx);
                     let mut values = nan::<T>(a.tiling.chunk.iter().product())?;
-                    scatter(&blocks, idx, &a.tiling, &lo, &hi, &mut values);
+                    scatter(&blocks, idx, &a.tiling, &cells.lo, &cells.hi, &mut values);
                     apply_offset(&mut values, a.codec.offset);
                     Ok(Some(values))
                 })
@@ -657,12 +656,6 @@ impl Snapshot {
         out
     }
 
-    fn chunk_box(a: &FieldArray, index: &[i64]) -> IBox {
-        let lo: Vec<i64> = (0..index.len()).map(|d| a.tiling.origin[d] + index[d] * a.tiling.chunk[d] as i64).collect();
-        let hi = lo.iter().zip(&a.tiling.chunk).map(|(&l, &c)| l + c as i64 - 1).collect();
-        IBox::new(lo, hi)
-    }
-
     /// Like `chunks`, with covered cells rebuilt from the finer level (NaN chunks for those that
     /// store nothing but hold covered cells); cached, so each fine region is averaged down once
     /// however many coarse reads need it.
@@ -677,7 +670,7 @@ impl Snapshot {
         let lev = &self.meta.levels[level];
         let space = self.meta.index_space(level);
         for ((k, idx), data) in missing.into_iter().zip(&wanted).zip(plain) {
-            let region = Self::chunk_box(&a, idx);
+            let region = a.tiling.chunk_box(idx);
             let pieces = region.intersect(&space).map(|r| self.geometry[level].coverage.pieces(&r)).unwrap_or_default();
             let data = if pieces.is_empty() {
                 data
@@ -730,7 +723,7 @@ impl Snapshot {
             if rebuild && whole_chunks { self.filled::<T>(level, field, &indices)? } else { self.chunks::<T>(level, field, &indices)? };
         for (idx, data) in indices.iter().zip(chunks) {
             if let Some(data) = data {
-                let chunk = Self::chunk_box(&a, idx);
+                let chunk = a.tiling.chunk_box(idx);
                 if let Some(piece) = chunk.intersect(region) {
                     copy_box(&data, &chunk, &mut out, region, &piece);
                 }
