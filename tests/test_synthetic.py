@@ -217,3 +217,20 @@ def test_bad_warpx_arguments():
         synthetic.warpx_like(n=(32,))
     with pytest.raises(ValueError):
         synthetic.small("chombo")
+
+
+def test_field_boxes_checks_every_shape_at_once():
+    import dataclasses
+
+    h = synthetic.small("nyx")
+    boxes = h.field_boxes("density")
+    assert all(np.array_equal(boxes[(L, i)], h.level(L).box_data("density", i))
+               for L in range(h.num_levels) for i in range(h.level(L).num_boxes))
+    # One box's array a cell short along z: the error names that box, as box_data's does.
+    lev = h.levels[1]
+    arrays = [lev.box_data("density", i) for i in range(lev.num_boxes)]
+    arrays[2] = arrays[2][..., :-1]
+    short = dataclasses.replace(lev, arrays={"density": arrays}, bulk_loader=None)
+    bad = dataclasses.replace(h, levels=[h.levels[0], short, *h.levels[2:]])
+    with pytest.raises(ValueError, match=r"box 2 of field 'density': data of shape"):
+        bad.field_boxes("density")

@@ -199,5 +199,33 @@ mod tests {
         let mut extra = blocks.clone();
         extra.push(Block { position: 9, values: vec![0.0; 16], mask: None });
         assert!(geometry.check_blocks(&tiling, &[0, 0], &extra).unwrap_err().contains("position 9"));
+        // Block (0, 1) lies inside the box, clear of the cover: whole. A mask naming every cell
+        // says the same; one missing a cell does not.
+        let mut spelled = blocks.clone();
+        spelled[1].mask = Some(vec![true; 16]);
+        assert_eq!(geometry.check_blocks(&tiling, &[0, 0], &spelled), Ok(()));
+        spelled[1].mask.as_mut().unwrap()[5] = false;
+        assert!(geometry.check_blocks(&tiling, &[0, 0], &spelled).unwrap_err().contains("position 1"));
+        let mut partial = blocks.clone();
+        partial[1].mask = None;
+        partial[0].mask = None; // block (0, 0) meets the cover
+        assert!(geometry.check_blocks(&tiling, &[0, 0], &partial).unwrap_err().contains("position 0 does not hold"));
+    }
+
+    #[test]
+    fn a_block_split_between_boxes_is_whole_when_they_fill_it() {
+        // Two boxes meet inside every block of the 8x8 chunk: rows 0..1 and rows 2..7.
+        let split = |lo: i64| LevelGeometry {
+            boxes: BoxIndex::new(vec![IBox::from_slices(&[0, 0], &[1, 7]), IBox::from_slices(&[lo, 0], &[7, 7])]),
+            coverage: Coverage::new(&[], &[2, 2], &[false, false]),
+            origin: vec![0, 0],
+            buckets: Mutex::new(HashMap::new()),
+        };
+        let tiling = Tiling::new(vec![0, 0], vec![4, 4], vec![8, 8]).unwrap();
+        let whole: Vec<Block<f64>> = (0..4).map(|p| Block { position: p, values: vec![0.0; 16], mask: None }).collect();
+        assert_eq!(split(2).check_blocks(&tiling, &[0, 0], &whole), Ok(()));
+        // With row 2 in no box, blocks (0, 0) and (0, 1) lack a row.
+        let err = split(3).check_blocks(&tiling, &[0, 0], &whole).unwrap_err();
+        assert!(err.contains("position 0 does not hold"), "{err}");
     }
 }
