@@ -219,7 +219,7 @@ def test_bad_warpx_arguments():
         synthetic.small("chombo")
 
 
-def test_field_boxes_checks_every_shape_at_once():
+def test_field_boxes_names_a_misshapen_box():
     import dataclasses
 
     h = synthetic.small("nyx")

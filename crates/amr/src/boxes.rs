@@ -43,6 +43,11 @@ impl IBox {
         self.lo.iter().zip(&other.lo).all(|(a, b)| a <= b) && self.hi.iter().zip(&other.hi).all(|(a, b)| b <= a)
     }
 
+    /// Whether the boxes share a cell (`intersect` without making the intersection).
+    pub fn overlaps(&self, other: &IBox) -> bool {
+        self.lo.iter().zip(&other.hi).all(|(l, h)| l <= h) && other.lo.iter().zip(&self.hi).all(|(l, h)| l <= h)
+    }
+
     pub fn intersect(&self, other: &IBox) -> Option<IBox> {
         let b = IBox {
             lo: self.lo.iter().zip(&other.lo).map(|(&a, &b)| a.max(b)).collect(),

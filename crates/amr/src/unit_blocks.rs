@@ -111,6 +111,13 @@ impl Tiling {
         IBox::new(lo, hi)
     }
 
+    /// The cells of the unit block at `position` in chunk `chunk`.
+    pub fn block_box(&self, chunk: &[i64], position: u64) -> IBox {
+        let lo = self.block_lo(&self.block_at(chunk, position));
+        let hi = lo.iter().zip(&self.unit).map(|(&l, &u)| l + u as i64 - 1).collect();
+        IBox::new(lo, hi)
+    }
+
     /// Lattice index of the unit block holding `cell` along dimension `d`.
     fn block_of(&self, d: usize, cell: i64) -> i64 {
         (cell - self.origin[d]).div_euclid(self.unit[d] as i64)
@@ -347,7 +354,7 @@ impl<'p, 'a, T: Element> ChunkPlan<'p, 'a, T> {
 }
 
 /// Dimensions a tiling may have.
-pub const MAX_DIM: usize = 4;
+const MAX_DIM: usize = 4;
 
 /// Offset of cell `cell` in an array starting at cell `from` with `strides` (over `from`'s
 /// dimensions).

@@ -30,10 +30,6 @@ pub fn refine(b: &IBox, ratio: &[i64]) -> IBox {
     }
 }
 
-fn overlaps(a: &IBox, b: &IBox) -> bool {
-    a.lo.iter().zip(&b.hi).all(|(l, h)| l <= h) && b.lo.iter().zip(&a.hi).all(|(l, h)| l <= h)
-}
-
 /// Checks that the levels' boxes share a dimension of 1 to 8 and are not empty, and that the
 /// ratios cover every level but the finest, with one positive ratio per axis.
 pub fn check_hierarchy(levels: &[Vec<IBox>], ratios: &[Vec<i64>]) -> Result<(), String> {
@@ -191,7 +187,7 @@ impl Polytree {
                         let (offsets, targets) = &self.children[l];
                         for &c in &targets[offsets[i]..offsets[i + 1]] {
                             let c = c as usize;
-                            if overlaps(&self.levels[l + 1][c], &regions[l + 1]) && seen.insert(self.first_bit[l + 1] + c) {
+                            if self.levels[l + 1][c].overlaps(&regions[l + 1]) && seen.insert(self.first_bit[l + 1] + c) {
                                 stack.push((l + 1, c));
                             }
                         }
@@ -240,7 +236,7 @@ pub fn scan(levels: &[Vec<IBox>], ratios: &[Vec<i64>], region: &IBox, level_min:
     (level_min..=top)
         .flat_map(|l| {
             let region = &regions[l];
-            levels[l].iter().enumerate().filter(move |(_, b)| overlaps(b, region)).map(move |(i, _)| (l, i))
+            levels[l].iter().enumerate().filter(move |(_, b)| b.overlaps(region)).map(move |(i, _)| (l, i))
         })
         .collect()
 }
